@@ -1,0 +1,1 @@
+"""The ``safecert`` command (Typer): one module per engine, wired together in :mod:`.main`."""

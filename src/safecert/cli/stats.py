@@ -1,0 +1,114 @@
+"""``safecert bound`` and ``safecert plan``: Clopper–Pearson bounds and sample-size plans."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from safecert.cli.output import console, emit_json, table
+from safecert.errors import ConfigError
+from safecert.stats import bonferroni, cp_lower, cp_upper, min_episodes
+
+
+def _delta(confidence: float, family_size: int) -> float:
+    if not 0.0 < confidence < 1.0:
+        raise ConfigError(
+            f"{confidence} is outside (0, 1)", field="--confidence", fix="use e.g. 0.9"
+        )
+    if family_size < 1:
+        raise ConfigError(f"{family_size} must be >= 1", field="--family-size", fix="use M >= 1")
+    return bonferroni(1.0 - confidence, family_size)
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """Parse ``"0,1,2"`` into ints ≥ 0, naming the option on error."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip() != ""]
+    except ValueError:
+        raise ConfigError(
+            f"{text!r} is not a comma-separated list of integers", field=option, fix="e.g. 0,1,2"
+        ) from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError(f"{text!r} needs integers >= 0", field=option, fix="e.g. 0,1,2")
+    return values
+
+
+def bound(
+    failures: Annotated[int, typer.Option("--failures", "-k", help="Failures K observed.")],
+    episodes: Annotated[int, typer.Option("--episodes", "-n", help="Episodes N run.")],
+    confidence: Annotated[float, typer.Option(help="Family-wise confidence 1-δ.")] = 0.9,
+    family_size: Annotated[int, typer.Option(help="Cells M sharing δ (Bonferroni δ/M).")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """One-sided Clopper–Pearson lower and upper bounds for one cell, each at δ/M.
+
+    Example: safecert bound --failures 81 --episodes 10000 --confidence 0.9 --family-size 9
+    """
+    if episodes < 1:
+        raise ConfigError(f"{episodes} must be >= 1", field="--episodes", fix="pass N >= 1")
+    if not 0 <= failures <= episodes:
+        raise ConfigError(
+            f"{failures} is not in [0, episodes={episodes}]",
+            field="--failures",
+            fix="pass 0 <= K <= N",
+        )
+    delta = _delta(confidence, family_size)
+    result = {
+        "failures": failures,
+        "episodes": episodes,
+        "confidence": confidence,
+        "family_size": family_size,
+        "rate": failures / episodes,
+        "lower_bound": cp_lower(failures, episodes, delta).value,
+        "upper_bound": cp_upper(failures, episodes, delta).value,
+    }
+    if json_out:
+        emit_json(result)
+        return
+    console.print(
+        table(
+            f"Clopper–Pearson bounds, confidence {confidence} over {family_size} cell(s) "
+            f"(δ' = {delta:.6g} per side)",
+            ["failures", "episodes", "rate", "lower_bound", "upper_bound"],
+            [[failures, episodes, result["rate"], result["lower_bound"], result["upper_bound"]]],
+        )
+    )
+
+
+def plan(
+    p_star: Annotated[float, typer.Option("--p-star", help="Required failure-rate bound p*.")],
+    confidence: Annotated[float, typer.Option(help="Family-wise confidence 1-δ.")] = 0.9,
+    family_size: Annotated[int, typer.Option(help="Cells M sharing δ.")] = 1,
+    failures: Annotated[str, typer.Option(help="Planned failure counts, comma-separated.")] = "0",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Minimum episodes N with upper(k, N, δ/M) ≤ p* for each planned failure count k.
+
+    Example: safecert plan --p-star 0.05 --confidence 0.9 --failures 0,1,2,3,5,10
+    """
+    if not 0.0 < p_star < 1.0:
+        raise ConfigError(f"{p_star} is outside (0, 1)", field="--p-star", fix="use e.g. 0.05")
+    delta = _delta(confidence, family_size)
+    counts = parse_int_list(failures, "--failures")
+    plans = [min_episodes(k, p_star, delta) for k in counts]
+    result = {
+        "p_star": p_star,
+        "confidence": confidence,
+        "family_size": family_size,
+        "plans": [
+            {"failures": p.failures, "episodes": p.episodes, "upper_bound": p.upper_bound}
+            for p in plans
+        ],
+    }
+    if json_out:
+        emit_json(result)
+        return
+    console.print(
+        table(
+            f"Episodes needed for upper bound ≤ {p_star} at confidence {confidence}"
+            f" over {family_size} cell(s)",
+            ["failures", "episodes", "upper_bound"],
+            [[p.failures, p.episodes, p.upper_bound] for p in plans],
+        )
+    )

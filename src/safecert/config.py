@@ -1,0 +1,64 @@
+"""Configuration as data: TOML files parsed into validated pydantic models.
+
+:func:`load_toml` and :func:`parse_model` turn every problem into one :class:`ConfigError` line
+naming the key (dotted path), the value received and the fix; unknown keys are errors, not silently
+ignored (models set ``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from safecert.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, one-line errors for a missing file or bad syntax."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(
+            f"{path} does not exist", field="config", fix="pass an existing TOML file"
+        )
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc})", field="config") from None
+
+
+def parse_model(model: type[M], data: dict[str, Any], *, prefix: str = "") -> M:
+    """Validate ``data`` against ``model``; the first error becomes one line naming its key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_to_config_error(exc, prefix) from None
+
+
+def validation_to_config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
+    err = exc.errors()[0]
+    parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+    key = ".".join(([prefix] if prefix else []) + parts) or (prefix or "config")
+    kind = err["type"]
+    received = err.get("input")
+    if kind == "extra_forbidden":
+        return ConfigError("unknown key", field=key, fix="remove it or check its spelling")
+    if kind == "missing":
+        return ConfigError("is required", field=key, fix="add it to the config")
+    msg = err["msg"]
+    for noise in ("Value error, ", "Assertion failed, "):
+        msg = msg.replace(noise, "")
+    text = repr(received)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return ConfigError(f"{msg} (got {text})", field=key)
+
+
+def load_toml(model: type[M], path: Path) -> M:
+    """Read a TOML file into ``model``."""
+    return parse_model(model, read_toml(path))

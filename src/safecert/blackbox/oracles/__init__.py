@@ -1,0 +1,260 @@
+"""Policy oracles: the only way safecert talks to a vendor's policy.
+
+A policy is named by one string (ARCHITECTURE.md, "Policy oracles"):
+
+- ``python:module:attr`` — a callable ``act(observations) -> actions`` on batches; the module is
+  importable from the config's folder. ``batched=False`` wraps a per-observation function.
+- ``exec:program arg ...`` — a program started without a shell, speaking newline-delimited JSON on
+  stdin/stdout; restarted after a crash (:mod:`.exec_oracle`).
+- ``http://host:port/path`` / ``https://...`` — ``POST`` of a JSON batch, retries with backoff
+  (:mod:`.http_oracle`).
+- ``onnx:path/model.onnx`` — an onnxruntime session on float32 batches (:mod:`.onnx_oracle`).
+
+:func:`parse_oracle_spec` checks the string up front (one :class:`ConfigError` line, field
+``policy``) and returns a frozen, picklable :class:`OracleSpec`; :func:`make_oracle` builds the
+oracle in the process that uses it (worker processes, Ray tasks), so nothing unpicklable crosses a
+process boundary.
+
+Example::
+
+    spec = parse_oracle_spec("onnx:vendors/cheetah_fast.onnx", base_dir=Path("examples"))
+    oracle = make_oracle(spec)
+    oracle.probe()
+    actions = oracle.act(observations)      # (B, obs_dim) -> (B, act_dim)
+    oracle.close()
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from safecert.blackbox.oracles.base import (
+    Oracle,
+    OracleFailure,
+    check_actions,
+    decode_reply,
+    encode_request,
+)
+from safecert.errors import ConfigError
+
+__all__ = [
+    "Oracle",
+    "OracleFailure",
+    "OracleSpec",
+    "check_actions",
+    "decode_reply",
+    "encode_request",
+    "expand_env",
+    "make_oracle",
+    "parse_oracle_spec",
+]
+
+OracleKind = Literal["python", "exec", "http", "onnx"]
+_INTERPRETERS = {"python", "python3", Path(sys.executable).name}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class OracleSpec:
+    """Everything needed to build an oracle in another process (frozen, picklable).
+
+    ``target`` is ``module:attr`` (python), the URL (http) or the absolute model path (onnx);
+    ``argv`` is the resolved command line (exec). ``headers`` keep their ``${VAR}`` references
+    unexpanded (secrets are not copied into certificates); they are expanded when the oracle is
+    built. ``artifacts`` are the files that identify the policy (model, program, module source), for
+    hashing into the certificate's ``policy_sha256``.
+    """
+
+    kind: OracleKind
+    policy: str
+    target: str
+    base_dir: str
+    argv: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 10.0
+    retries: int = 3
+    batched: bool = True
+    artifacts: tuple[str, ...] = ()
+
+
+def expand_env(value: str, *, field: str) -> str:
+    """Replace ``${VAR}`` by the environment variable; a missing one is a ConfigError naming it."""
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ConfigError(
+                f"environment variable {name} is not set", field=field, fix=f"export {name}=..."
+            )
+        return os.environ[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def parse_oracle_spec(
+    policy: str,
+    *,
+    base_dir: Path,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+    retries: int = 3,
+    batched: bool = True,
+) -> OracleSpec:
+    """Check a policy string and resolve its paths against ``base_dir`` (the config's folder).
+
+    Raises :class:`ConfigError` (field ``policy``) for an unknown scheme, a missing file or module,
+    and (fields ``timeout_s`` / ``retries`` / ``headers.NAME``) for invalid options.
+    """
+    base = Path(base_dir).resolve()
+    if not isinstance(policy, str) or not policy.strip():
+        raise ConfigError("is empty", field="policy", fix='e.g. policy = "onnx:model.onnx"')
+    if not timeout_s > 0:
+        raise ConfigError(f"must be > 0 (got {timeout_s})", field="timeout_s")
+    if retries < 0:
+        raise ConfigError(f"must be >= 0 (got {retries})", field="retries")
+    header_items = tuple((str(k), str(v)) for k, v in (headers or {}).items())
+    for name, value in header_items:
+        expand_env(value, field=f"headers.{name}")
+    common = dict(
+        policy=policy, base_dir=str(base), timeout_s=float(timeout_s), retries=int(retries)
+    )
+    scheme, _, rest = policy.partition(":")
+    if scheme == "python":
+        module, attr, artifact = _check_python_target(rest, base)
+        return OracleSpec(
+            kind="python", target=f"{module}:{attr}", batched=batched, artifacts=artifact, **common
+        )
+    if scheme == "exec":
+        argv, artifacts = _resolve_command(rest, base)
+        return OracleSpec(kind="exec", target=rest, argv=argv, artifacts=artifacts, **common)
+    if scheme in ("http", "https"):
+        _check_url(policy)
+        return OracleSpec(kind="http", target=policy, headers=header_items, **common)
+    if scheme == "onnx":
+        path = _existing_file(rest, base, what="ONNX model")
+        return OracleSpec(kind="onnx", target=str(path), artifacts=(str(path),), **common)
+    raise ConfigError(
+        f"unknown policy scheme {scheme!r} in {policy!r}",
+        field="policy",
+        fix="use python:module:attr, exec:program, http(s)://host/path or onnx:model.onnx",
+    )
+
+
+def make_oracle(spec: OracleSpec) -> Oracle:
+    """Build the oracle described by ``spec`` (heavy libraries are imported here, lazily)."""
+    if spec.kind == "python":
+        from safecert.blackbox.oracles.python_oracle import PythonOracle
+
+        return PythonOracle(spec)
+    if spec.kind == "exec":
+        from safecert.blackbox.oracles.exec_oracle import ExecOracle
+
+        return ExecOracle(spec)
+    if spec.kind == "http":
+        from safecert.blackbox.oracles.http_oracle import HttpOracle
+
+        return HttpOracle(spec)
+    if spec.kind == "onnx":
+        from safecert.blackbox.oracles.onnx_oracle import OnnxOracle
+
+        return OnnxOracle(spec)
+    raise ConfigError(f"unknown oracle kind {spec.kind!r}", field="policy")
+
+
+def import_from(target: str, base_dir: Path, *, field: str) -> object:
+    """Import ``module:attr`` with ``base_dir`` on ``sys.path``; one ConfigError line on failure."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{target!r} is not module:attr", field=field, fix="e.g. mypkg.pol:act")
+    if str(base_dir) not in sys.path:
+        sys.path.insert(0, str(base_dir))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot import module {module_name!r} ({exc})",
+            field=field,
+            fix=f"make it importable from {base_dir}",
+        ) from None
+    obj: object = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}", field=field)
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_python_target(rest: str, base: Path) -> tuple[str, str, tuple[str, ...]]:
+    obj = import_from(rest, base, field="policy")
+    if not callable(obj):
+        raise ConfigError(f"{rest!r} is not callable", field="policy")
+    module = sys.modules[rest.partition(":")[0]]
+    source = getattr(module, "__file__", None)
+    return rest.partition(":")[0], rest.partition(":")[2], (source,) if source else ()
+
+
+def _existing_file(name: str, base: Path, *, what: str) -> Path:
+    if not name:
+        raise ConfigError(f"names no {what}", field="policy")
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else base / path
+    if not path.is_file():
+        raise ConfigError(
+            f"{what} {path} does not exist",
+            field="policy",
+            fix="check the path (relative paths resolve from the config's folder)",
+        )
+    return path.resolve()
+
+
+def _resolve_command(command: str, base: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``shlex.split`` the command; resolve the program and, for interpreters, the script.
+
+    ``python``/``python3`` mean the running interpreter (``sys.executable``), so a vendor script
+    sees the same environment as safecert; give an absolute path to choose another interpreter.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigError(f"cannot split command {command!r} ({exc})", field="policy") from None
+    if not argv:
+        raise ConfigError("exec: names no program", field="policy", fix="exec:python3 vendor.py")
+    program = argv[0]
+    artifacts: list[str] = []
+    if program in _INTERPRETERS:
+        argv[0] = sys.executable
+        script = next((a for a in argv[1:] if not a.startswith("-")), None)
+        if script is not None and not {"-m", "-c"} & set(argv[1 : argv.index(script)]):
+            path = _existing_file(script, base, what="vendor script")
+            argv[argv.index(script)] = str(path)
+            artifacts.append(str(path))
+    elif "/" in program or program.startswith("~"):
+        path = _existing_file(program, base, what="vendor program")
+        argv[0] = str(path)
+        artifacts.append(str(path))
+    else:
+        found = shutil.which(program)
+        if found is None:
+            raise ConfigError(f"program {program!r} is not on PATH", field="policy")
+        argv[0] = found
+    return tuple(argv), tuple(artifacts)
+
+
+def _check_url(url: str) -> None:
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid URL {url!r} ({exc})", field="policy") from None
+    if not parsed.host:
+        raise ConfigError(f"URL {url!r} has no host", field="policy", fix="http://host:port/path")

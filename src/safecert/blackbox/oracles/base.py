@@ -1,0 +1,87 @@
+"""The oracle protocol and the checks every oracle applies to a reply.
+
+An *oracle* answers a batch of observations with a batch of actions. Whatever transport carries the
+answer (an in-process call, a pipe, HTTP, an ONNX session), a reply is accepted only if it is a
+numeric array with one row per observation and only finite values; anything else raises
+:class:`OracleFailure` with the reason, which the rollout records as the episode's failure reason
+(conservative: an unanswered step is a failed episode).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+class OracleFailure(Exception):
+    """One oracle call failed (after its retries); ``reason`` is a one-line explanation.
+
+    This is a run-time outcome, not bad input: the episode that made the call ends as a failure and
+    the run continues. Set-up problems found before a run raise :class:`safecert.errors.OracleError`.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = " ".join(str(reason).split())
+        super().__init__(self.reason)
+
+
+@runtime_checkable
+class Oracle(Protocol):
+    """A black-box policy: ``act`` maps observations ``(B, *obs_shape)`` to actions ``(B, ...)``."""
+
+    def probe(self) -> None:
+        """Health check before a run; raises ``OracleError`` with one clear line."""
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        """Actions for a batch; raises :class:`OracleFailure` for a failed call."""
+
+    def close(self) -> None:
+        """Release processes, sessions and connections; safe to call twice."""
+
+
+def check_actions(raw: Any, n_rows: int) -> np.ndarray:
+    """Validate a reply: numeric, ``n_rows`` rows, all finite.
+
+    Integer (and boolean) replies keep an integer dtype (discrete action spaces); everything else is
+    returned as float64. Raises :class:`OracleFailure` naming what is wrong.
+    """
+    try:
+        arr = np.asarray(raw)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise OracleFailure(f"actions are not a rectangular array ({exc})") from None
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        raise OracleFailure(f"actions are not numeric (dtype {arr.dtype})")
+    if arr.ndim == 0:
+        raise OracleFailure("actions are a scalar, expected one row per observation")
+    if arr.shape[0] != n_rows:
+        raise OracleFailure(f"expected {n_rows} action rows, got {arr.shape[0]}")
+    if arr.dtype.kind in "biu":
+        return arr.astype(np.int64)
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise OracleFailure("actions contain non-finite values (NaN or inf)")
+    return arr
+
+
+def encode_request(observations: np.ndarray) -> bytes:
+    """The JSON body ``{"observations": [[...], ...]}`` (no trailing newline)."""
+    obs = np.asarray(observations, dtype=np.float64)
+    return json.dumps({"observations": obs.tolist()}, allow_nan=False).encode()
+
+
+def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
+    """Parse ``{"actions": [[...], ...]}`` and validate it with :func:`check_actions`."""
+    try:
+        doc = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        preview = (
+            payload[:60] if isinstance(payload, str) else payload[:60].decode(errors="replace")
+        )
+        raise OracleFailure(
+            f"reply is not valid JSON ({exc.__class__.__name__}: {preview!r})"
+        ) from None
+    if not isinstance(doc, dict) or "actions" not in doc:
+        raise OracleFailure('reply has no "actions" field')
+    return check_actions(doc["actions"], n_rows)

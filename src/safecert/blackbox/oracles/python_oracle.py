@@ -1,0 +1,59 @@
+"""``python:module:attr`` — an in-process callable as a policy oracle."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safecert.blackbox.oracles import OracleSpec, import_from
+from safecert.blackbox.oracles.base import OracleFailure, check_actions
+from safecert.errors import OracleError
+
+
+class PythonOracle:
+    """Calls ``attr(observations)`` on a ``(B, *obs_shape)`` float64 batch.
+
+    With ``spec.batched = False`` the function receives one observation at a time and the rows are
+    stacked. An exception raised by the function, or a reply that fails :func:`check_actions`,
+    becomes :class:`OracleFailure`. The code runs in this process and cannot be interrupted, so the
+    per-call timeout is checked after the call returns: a call slower than ``timeout_s`` is a
+    failure too (use ``exec:`` to bound a policy that may hang).
+    """
+
+    def __init__(self, spec: OracleSpec) -> None:
+        self.spec = spec
+        self._fn: Callable[[np.ndarray], Any] | None = None
+
+    def _function(self) -> Callable[[np.ndarray], Any]:
+        if self._fn is None:
+            fn = import_from(self.spec.target, Path(self.spec.base_dir), field="policy")
+            if not callable(fn):
+                raise OracleError(f"{self.spec.target!r} is not callable", field="policy")
+            self._fn = fn
+        return self._fn
+
+    def probe(self) -> None:
+        self._function()
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        fn = self._function()
+        obs = np.asarray(observations, dtype=np.float64)
+        start = time.perf_counter()
+        try:
+            if self.spec.batched:
+                raw = fn(obs)
+            else:
+                raw = [np.asarray(fn(row)) for row in obs]
+        except Exception as exc:  # the vendor's code: any error is a failed call, not a crash
+            raise OracleFailure(f"policy raised {type(exc).__name__}: {exc}") from None
+        elapsed = time.perf_counter() - start
+        if elapsed > self.spec.timeout_s:
+            raise OracleFailure(f"call took {elapsed:.3g}s > timeout {self.spec.timeout_s}s")
+        return check_actions(raw, len(obs))
+
+    def close(self) -> None:
+        self._fn = None

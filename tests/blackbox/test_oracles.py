@@ -1,0 +1,127 @@
+"""Oracle specs and the python: oracle, plus the reply checks shared by every oracle."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from safecert.blackbox.oracles import (
+    OracleFailure,
+    check_actions,
+    decode_reply,
+    make_oracle,
+    parse_oracle_spec,
+)
+from safecert.errors import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def write_module(tmp_path: Path, name: str, body: str) -> Path:
+    (tmp_path / f"{name}.py").write_text(body)
+    return tmp_path
+
+
+def test_python_oracle_batched_matches_direct_call():
+    spec = parse_oracle_spec("python:vendors.point_policies:goal_seeker", base_dir=EXAMPLES)
+    assert spec.kind == "python" and spec.artifacts[0].endswith("point_policies.py")
+    from vendors.point_policies import goal_seeker  # importable: parse put EXAMPLES on sys.path
+
+    oracle = make_oracle(pickle.loads(pickle.dumps(spec)))
+    oracle.probe()
+    obs = np.random.default_rng(0).normal(size=(5, 14))
+    np.testing.assert_array_equal(oracle.act(obs), goal_seeker(obs))
+    oracle.close()
+
+
+def test_python_oracle_per_observation(tmp_path):
+    base = write_module(
+        tmp_path, "perobs_pol", "def act(o):\n    assert o.ndim == 1\n    return [o[0], -o[1]]\n"
+    )
+    oracle = make_oracle(parse_oracle_spec("python:perobs_pol:act", base_dir=base, batched=False))
+    obs = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_array_equal(oracle.act(obs), np.stack([obs[:, 0], -obs[:, 1]], axis=1))
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("def act(o):\n    raise RuntimeError('boom')\n", "RuntimeError: boom"),
+        ("def act(o):\n    return o[:1, :2]\n", "expected 3 action rows, got 1"),
+        ("def act(o):\n    return o[:, :2] * float('nan')\n", "non-finite"),
+        ("def act(o):\n    return [['a', 'b']] * len(o)\n", "not numeric"),
+        ("def act(o):\n    return 1.0\n", "scalar"),
+        ("import time\ndef act(o):\n    time.sleep(0.3)\n    return o\n", "timeout"),
+    ],
+)
+def test_python_oracle_failures_name_the_reason(tmp_path, body, reason):
+    name = f"badpol_{abs(hash(body))}"
+    base = write_module(tmp_path, name, body)
+    oracle = make_oracle(parse_oracle_spec(f"python:{name}:act", base_dir=base, timeout_s=0.2))
+    with pytest.raises(OracleFailure, match=reason):
+        oracle.act(np.zeros((3, 4)))
+
+
+def test_integer_actions_keep_integer_dtype():
+    out = check_actions([[1], [0]], 2)
+    assert out.dtype == np.int64 and out.shape == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"not json", "not valid JSON"),
+        (b'{"act": [[1]]}', 'no "actions"'),
+        (b'{"actions": [[1, 2], [3]]}', "rectangular"),
+        (b'{"actions": [[NaN], [1]]}', "non-finite"),
+        (b'{"actions": [[1.0]]}', "expected 2 action rows"),
+    ],
+)
+def test_decode_reply_rejects_bad_replies(payload, reason):
+    with pytest.raises(OracleFailure, match=reason):
+        decode_reply(payload, 2)
+
+
+@pytest.mark.parametrize(
+    ("policy", "fragment"),
+    [
+        ("ftp://x", "unknown policy scheme"),
+        ("onnx:missing.onnx", "does not exist"),
+        ("python:no_such_module_xyz:act", "cannot import"),
+        ("python:vendors.point_policies:nope", "no attribute"),
+        ("exec:python3 missing_vendor.py", "does not exist"),
+        ("exec:no-such-program-xyz", "not on PATH"),
+        ("http://", "invalid URL|no host"),
+    ],
+)
+def test_bad_policy_strings_are_one_config_error(policy, fragment):
+    with pytest.raises(ConfigError, match=fragment) as info:
+        parse_oracle_spec(policy, base_dir=EXAMPLES)
+    assert str(info.value).startswith("policy:") and "\n" not in str(info.value)
+
+
+def test_exec_spec_resolves_interpreter_and_script():
+    spec = parse_oracle_spec("exec:python3 vendors/point_policies.py --flag", base_dir=EXAMPLES)
+    assert spec.argv[0] == sys.executable
+    assert Path(spec.argv[1]).is_absolute() and spec.argv[2] == "--flag"
+
+
+def test_header_env_expansion_missing_variable(monkeypatch):
+    monkeypatch.delenv("SAFECERT_TEST_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="headers.Authorization: .*SAFECERT_TEST_TOKEN"):
+        parse_oracle_spec(
+            "http://127.0.0.1:9/act",
+            base_dir=EXAMPLES,
+            headers={"Authorization": "Bearer ${SAFECERT_TEST_TOKEN}"},
+        )
+    monkeypatch.setenv("SAFECERT_TEST_TOKEN", "s3cret")
+    spec = parse_oracle_spec(
+        "http://127.0.0.1:9/act",
+        base_dir=EXAMPLES,
+        headers={"Authorization": "Bearer ${SAFECERT_TEST_TOKEN}"},
+    )
+    assert spec.headers == (("Authorization", "Bearer ${SAFECERT_TEST_TOKEN}"),)

@@ -1,0 +1,24 @@
+"""Certified runtime shields from logs (paper 001; METHODS.md §3).
+
+Pipeline: :mod:`model` (TOML → :class:`ShieldModel`) → :mod:`logs` (:func:`iter_steps`, streaming
+JSONL) → :mod:`estimate` (committed budgets, :class:`RowEstimates`) → :mod:`confidence` (β, the
+inner maximisation σ) → :mod:`reach` (robust / exact value iteration) → :mod:`synthesis`
+(least-restrictive shields). :mod:`gridworld` is the 7×7 benchmark with a known kernel.
+"""
+
+from __future__ import annotations
+
+from safecert.shield.estimate import RowEstimates, estimate
+from safecert.shield.logs import Step, iter_steps
+from safecert.shield.model import ShieldModel, eval_expression, load_model, model_from_dict
+
+__all__ = [
+    "RowEstimates",
+    "ShieldModel",
+    "Step",
+    "estimate",
+    "eval_expression",
+    "iter_steps",
+    "load_model",
+    "model_from_dict",
+]

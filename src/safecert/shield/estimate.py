@@ -1,0 +1,115 @@
+"""Committed-budget row estimates from closed-loop logs (paper Sec. III-A, Lemma 2).
+
+The budget n0(s,a) is fixed from the model (design constants) before any log is read. For each
+stochastic live row only the first n0 successors in file order are counted; the surplus is
+discarded: P̂(s'|s,a) = N0(s,a,s') / n0(s,a). A row visited fewer than n0 times is *vacuous* (its
+confidence set is every distribution on K(s,a)); this loosens the certificate but never invalidates
+it. Rows with |K| = 1 (halt, unsafe self-loops, declared deterministic calls) are exact.
+
+Counting streams: steps are gathered in chunks and truncated with a vectorised per-row rank, so
+memory is O(chunk + table), not O(log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from safecert.errors import ConfigError
+from safecert.shield.logs import Step
+from safecert.shield.model import ShieldModel
+
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class RowEstimates:
+    """Truncated counts per row; arrays are indexed ``[s, a]`` (and ``[s, a, j]`` over K(s,a)).
+
+    ``n0``: committed budgets; ``visits``: all visits N(s,a) (surplus included); ``counts``: the
+    truncated counts N0 aligned with ``model.succ``; ``k``: |K(s,a)|; ``steps``/``episodes``: how
+    much log was read.
+    """
+
+    n0: np.ndarray
+    visits: np.ndarray
+    counts: np.ndarray
+    k: np.ndarray
+    steps: int
+    episodes: int
+
+    @property
+    def deterministic(self) -> np.ndarray:
+        return self.k == 1
+
+    @property
+    def vacuous(self) -> np.ndarray:
+        """Stochastic rows that missed their budget."""
+        return (self.n0 > 0) & (self.visits < self.n0)
+
+    @property
+    def p_hat(self) -> np.ndarray:
+        """P̂ over K(s,a); exact one-hot on deterministic rows; zeros on vacuous rows."""
+        p = np.zeros(self.counts.shape, dtype=np.float64)
+        ok = (self.n0 > 0) & ~self.vacuous
+        p[ok] = self.counts[ok] / self.n0[ok][:, None]
+        p[self.deterministic, 0] = 1.0
+        return p
+
+    @property
+    def missed_budget(self) -> int:
+        return int(self.vacuous.sum())
+
+
+def estimate(
+    model: ShieldModel, steps: Iterable[Step], n0: np.ndarray | None = None
+) -> RowEstimates:
+    """Stream ``steps`` (file order) into committed-budget counts.
+
+    ``n0`` defaults to the model's budgets; pass another array only if it too was fixed before the
+    logs were read (e.g. a benchmark sweeping M with the rule floor(0.7 M T / R)).
+    """
+    budget = model.n0 if n0 is None else np.asarray(n0, dtype=np.int64)
+    if budget.shape != model.k.shape:
+        raise ConfigError(f"n0 has shape {budget.shape}, expected {model.k.shape}", field="n0")
+    budget = np.where(model.k >= 2, budget, 0)
+    m = len(model.actions)
+    visits = np.zeros(model.k.size, dtype=np.int64)
+    counts = np.zeros(model.succ.shape, dtype=np.int64).reshape(model.k.size, -1)
+    flat_n0 = budget.reshape(-1)
+    episodes: set[str] = set()
+    rows, pos = np.empty(CHUNK, np.int64), np.empty(CHUNK, np.int64)
+    fill = total = 0
+
+    def flush(size: int) -> None:
+        r, p = rows[:size], pos[:size]
+        order = np.argsort(r, kind="stable")
+        rs = r[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(rs)) + 1]
+        group_start = np.repeat(starts, np.diff(np.r_[starts, size]))
+        rank = np.arange(size) - group_start + visits[rs]  # 0-based visit index of the row
+        keep = rank < flat_n0[rs]
+        np.add.at(counts, (rs[keep], p[order][keep]), 1)
+        np.add.at(visits, rs, 1)
+
+    for st in steps:
+        episodes.add(st.episode)
+        rows[fill] = st.state * m + st.action
+        pos[fill] = st.pos
+        fill += 1
+        total += 1
+        if fill == CHUNK:
+            flush(fill)
+            fill = 0
+    if fill:
+        flush(fill)
+    return RowEstimates(
+        n0=budget,
+        visits=visits.reshape(model.k.shape),
+        counts=counts.reshape(model.succ.shape),
+        k=model.k.copy(),
+        steps=total,
+        episodes=len(episodes),
+    )

@@ -6,7 +6,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safecert.shield import estimate as est_mod
 from safecert.shield.estimate import estimate
 from safecert.shield.logs import Step
 from safecert.shield.model import model_from_dict
@@ -48,12 +47,7 @@ def test_chunked_counts_equal_a_plain_loop(seq, n0, chunk_pow):
         a = (go, stay)[which]
         k = m.successors(s, a)
         steps.append((s, a, int(k[min(j, len(k) - 1)])))
-    old = est_mod.CHUNK
-    est_mod.CHUNK = 1 << chunk_pow
-    try:
-        e = estimate(m, _steps(m, steps))
-    finally:
-        est_mod.CHUNK = old
+    e = estimate(m, _steps(m, steps), chunk=1 << chunk_pow)
     want = np.zeros_like(e.counts)
     seen = np.zeros_like(e.visits)
     for s, a, s2 in steps:

@@ -64,7 +64,11 @@ class RowEstimates:
 
 
 def estimate(
-    model: ShieldModel, steps: Iterable[Step], n0: np.ndarray | None = None
+    model: ShieldModel,
+    steps: Iterable[Step],
+    n0: np.ndarray | None = None,
+    *,
+    chunk: int = CHUNK,
 ) -> RowEstimates:
     """Stream ``steps`` (file order) into committed-budget counts.
 
@@ -80,7 +84,7 @@ def estimate(
     counts = np.zeros(model.succ.shape, dtype=np.int64).reshape(model.k.size, -1)
     flat_n0 = budget.reshape(-1)
     episodes: set[str] = set()
-    rows, pos = np.empty(CHUNK, np.int64), np.empty(CHUNK, np.int64)
+    rows, pos = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
     fill = total = 0
 
     def flush(size: int) -> None:
@@ -100,7 +104,7 @@ def estimate(
         pos[fill] = st.pos
         fill += 1
         total += 1
-        if fill == CHUNK:
+        if fill == chunk:
             flush(fill)
             fill = 0
     if fill:

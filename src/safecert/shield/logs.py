@@ -67,7 +67,9 @@ def _parse(
     try:
         rec = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg})", field=where, fix="one JSON object per line")
+        raise DataError(
+            f"not valid JSON ({exc.msg})", field=where, fix="one JSON object per line"
+        ) from None
     if not isinstance(rec, dict):
         raise DataError("a line must be a JSON object", field=where)
     for key in _REQUIRED:

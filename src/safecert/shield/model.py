@@ -344,7 +344,7 @@ class ShieldModel:
         table = {"*": decl} if isinstance(decl, list) else decl
         default = table.get("*")
         out = []
-        for s, lab in enumerate(self.labels):
+        for lab in self.labels:
             labs = table.get(lab, default)
             if labs is None:
                 out.append(every)

@@ -1,0 +1,429 @@
+"""ReLU networks, Bayesian weight specifications and the weight box W_ε (METHODS.md §4).
+
+A :class:`ReluNetwork` is a list of float64 layers ``(W, b)`` in Keras layout: ``W`` has shape
+``(in, out)`` and a layer computes ``z = x @ W + b``; ReLU follows every layer but the last, whose
+output is linear. Policies and invariant candidates are both ``ReluNetwork`` objects:
+
+* a **policy** ``π`` maps a state to actions (LDS/pendulum: one output, clipped by the dynamics;
+  collision avoidance: three scores, argmax);
+* an **invariant candidate** ``g`` is deterministic, has exactly one output, and defines
+  ``Inv = {x ∈ B : g(x) ≥ 0}`` over the benchmark's verification box ``B``.
+
+A :class:`BayesianSpec` says which layers carry Bayesian weights, the posterior standard deviation
+σ of each layer, and whether biases are Bayesian too. Given a mean network and an
+:class:`Epsilon` (absolute, or in units of σ as in the paper's Table 1), :meth:`BayesianSpec.box`
+returns the :class:`WeightBox` ``W_ε = Π [μ − ε_k, μ + ε_k]`` (ε_k = ε·σ_k when ε is in σ).
+
+Example::
+
+    net = load_policy("lds")                 # the published mean weights
+    spec = default_spec("lds")               # σ = 0.1, Bayesian from the second layer on
+    box = spec.box(net, parse_epsilon("1.5sigma"))
+    net.forward(np.zeros(2))                 # array([0.069183...])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safecert.errors import ConfigError, DataError
+
+Layer = tuple[np.ndarray, np.ndarray]
+
+BENCHMARK_POLICIES = ("lds", "lds_all", "pend", "pend_all", "car", "car_all")
+
+
+def forward(layers: Sequence[Layer], x: np.ndarray) -> np.ndarray:
+    """Float64 forward pass of a ReLU network given explicit weights (Keras layout).
+
+    ``x`` has shape ``(..., in)``; returns ``(..., out)``. ReLU after every layer but the last.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    last = len(layers) - 1
+    for k, (w, b) in enumerate(layers):
+        a = a @ w + b
+        if k < last:
+            a = np.maximum(a, 0.0)
+    return a
+
+
+def _as_layers(layers: Sequence[tuple[Any, Any]], *, field: str) -> tuple[Layer, ...]:
+    out: list[Layer] = []
+    prev: int | None = None
+    for k, (w, b) in enumerate(layers):
+        w = np.array(w, dtype=np.float64)
+        b = np.array(b, dtype=np.float64).reshape(-1)
+        if w.ndim != 2 or b.shape != (w.shape[1],):
+            raise DataError(
+                f"layer {k} has kernel shape {w.shape} and bias shape {b.shape}",
+                field=field,
+                fix="use Keras layout: kernel (in, out), bias (out,)",
+            )
+        if prev is not None and w.shape[0] != prev:
+            raise DataError(
+                f"layer {k} expects {w.shape[0]} inputs but layer {k - 1} gives {prev}",
+                field=field,
+                fix="chain layers so each kernel's first dimension matches the previous output",
+            )
+        if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
+            raise DataError(
+                f"layer {k} holds non-finite weights", field=field, fix="retrain or re-export"
+            )
+        w.setflags(write=False)
+        b.setflags(write=False)
+        out.append((w, b))
+        prev = w.shape[1]
+    if not out:
+        raise DataError("network has no layers", field=field, fix="give at least one (W, b) layer")
+    return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
+class ReluNetwork:
+    """A ReLU network with fixed float64 weights (read-only arrays, Keras layout).
+
+    ``layers[k] = (W_k, b_k)`` with ``W_k`` of shape ``(in_k, out_k)``.
+    """
+
+    layers: tuple[Layer, ...]
+
+    def __init__(self, layers: Sequence[tuple[Any, Any]], *, name: str = "network") -> None:
+        object.__setattr__(self, "layers", _as_layers(layers, field=name))
+
+    @property
+    def in_dim(self) -> int:
+        return int(self.layers[0][0].shape[0])
+
+    @property
+    def out_dim(self) -> int:
+        return int(self.layers[-1][0].shape[1])
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """``(in, hidden..., out)``."""
+        return (self.in_dim, *(int(w.shape[1]) for w, _ in self.layers))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """Float64 output for states ``x`` of shape ``(..., in)``."""
+        return forward(self.layers, x)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.forward(x)
+
+    def with_layers(self, layers: Sequence[tuple[Any, Any]]) -> ReluNetwork:
+        """Same architecture, other weights (checked for shape)."""
+        new = ReluNetwork(layers)
+        if new.widths != self.widths:
+            raise DataError(
+                f"widths {new.widths} differ from {self.widths}",
+                field="layers",
+                fix="keep the architecture",
+            )
+        return new
+
+    # ---- persistence ----------------------------------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """``{"W0": …, "b0": …, …}`` — the ``.npz`` layout."""
+        out: dict[str, np.ndarray] = {}
+        for k, (w, b) in enumerate(self.layers):
+            out[f"W{k}"] = np.array(w)
+            out[f"b{k}"] = np.array(b)
+        return out
+
+    def to_lists(self) -> list[dict[str, list]]:
+        """JSON-friendly weights: ``[{"W": [[…]], "b": […]}, …]`` (exact float64 round trip)."""
+        return [{"W": w.tolist(), "b": b.tolist()} for w, b in self.layers]
+
+    @classmethod
+    def from_lists(cls, data: Sequence[dict[str, Any]], *, name: str = "network") -> ReluNetwork:
+        """Inverse of :meth:`to_lists`."""
+        try:
+            return cls([(d["W"], d["b"]) for d in data], name=name)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(
+                f"cannot read layers ({exc})", field=name, fix='use [{"W": …, "b": …}, …]'
+            ) from exc
+
+    def save_npz(self, path: str | Path) -> None:
+        np.savez(Path(path), **self.to_arrays())
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], *, name: str = "network") -> ReluNetwork:
+        n = 0
+        while f"W{n}" in arrays:
+            n += 1
+        if n == 0 or any(f"b{k}" not in arrays for k in range(n)):
+            raise DataError(
+                f"keys {sorted(arrays)} are not W0, b0, W1, b1, …",
+                field=name,
+                fix="save as W0, b0, W1, b1, …",
+            )
+        return cls([(arrays[f"W{k}"], arrays[f"b{k}"]) for k in range(n)], name=name)
+
+    @classmethod
+    def from_npz(cls, path: str | Path) -> ReluNetwork:
+        """Load ``W0, b0, W1, b1, …`` from an ``.npz`` file (Keras layout)."""
+        path = Path(path)
+        try:
+            with np.load(path) as data:
+                arrays = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise DataError(
+                f"cannot read {path} ({exc})", field="policy", fix="give an .npz with W0, b0, …"
+            ) from exc
+        return cls.from_arrays(arrays, name=str(path))
+
+    @classmethod
+    def from_torch(cls, module: Any) -> ReluNetwork:
+        """From a torch ``nn.Sequential`` of ``Linear`` and ``ReLU`` (ReLU between every pair of
+        Linear layers, none after the last). Torch stores ``(out, in)``; we transpose."""
+        import torch.nn as nn
+
+        mods = list(module.children()) if isinstance(module, nn.Sequential) else [module]
+        layers: list[tuple[np.ndarray, np.ndarray]] = []
+        expect_linear = True
+        for m in mods:
+            if isinstance(m, nn.Linear) and expect_linear:
+                w = m.weight.detach().cpu().double().numpy().T
+                b = (
+                    m.bias.detach().cpu().double().numpy()
+                    if m.bias is not None
+                    else np.zeros(w.shape[1])
+                )
+                layers.append((w, b))
+                expect_linear = False
+            elif isinstance(m, nn.ReLU) and not expect_linear:
+                expect_linear = True
+            else:
+                raise ConfigError(
+                    f"unsupported module sequence at {type(m).__name__}",
+                    field="policy",
+                    fix="use nn.Sequential(Linear, ReLU, Linear, …, Linear)",
+                )
+        if expect_linear:
+            raise ConfigError(
+                "network ends with ReLU", field="policy", fix="end with a Linear layer"
+            )
+        return cls(layers, name="torch module")
+
+    def to_torch(self) -> Any:
+        """An equivalent float64 torch ``nn.Sequential`` (for training; import is lazy)."""
+        import torch
+        import torch.nn as nn
+
+        mods: list[nn.Module] = []
+        for k, (w, b) in enumerate(self.layers):
+            lin = nn.Linear(w.shape[0], w.shape[1]).double()
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(np.array(w.T)))
+                lin.bias.copy_(torch.from_numpy(np.array(b)))
+            mods.append(lin)
+            if k < len(self.layers) - 1:
+                mods.append(nn.ReLU())
+        return nn.Sequential(*mods)
+
+    @classmethod
+    def from_onnx(cls, path: str | Path) -> ReluNetwork:
+        """From an ONNX graph of ``Gemm``/``MatMul``+``Add`` and ``Relu`` nodes in a chain."""
+        import onnx
+        from onnx import numpy_helper
+
+        model = onnx.load(str(path))
+        init = {
+            t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer
+        }
+        layers: list[tuple[np.ndarray, np.ndarray]] = []
+        pending: np.ndarray | None = None
+        for node in model.graph.node:
+            if node.op_type == "Gemm":
+                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                w = init[node.input[1]]
+                w = w.T if attrs.get("transB", 0) else w
+                b = init[node.input[2]] if len(node.input) > 2 else np.zeros(w.shape[1])
+                layers.append((w * attrs.get("alpha", 1.0), b * attrs.get("beta", 1.0)))
+            elif node.op_type == "MatMul":
+                pending = init[node.input[1]]
+            elif node.op_type == "Add" and pending is not None:
+                layers.append((pending, init[node.input[1]]))
+                pending = None
+            elif node.op_type in ("Relu", "Flatten", "Identity"):
+                continue
+            else:
+                raise ConfigError(
+                    f"unsupported ONNX node {node.op_type}",
+                    field="policy",
+                    fix="export Gemm/MatMul+Add/Relu only",
+                )
+        return cls(layers, name=str(path))
+
+
+def load_policy(name: str) -> ReluNetwork:
+    """One of the six published mean-weight policies shipped as package data."""
+    if name not in BENCHMARK_POLICIES:
+        raise ConfigError(
+            f"unknown benchmark policy {name!r}",
+            field="benchmark",
+            fix=f"use one of {BENCHMARK_POLICIES}",
+        )
+    ref = resources.files("safecert.bnn").joinpath("data", f"{name}.npz")
+    with resources.as_file(ref) as path:
+        return ReluNetwork.from_npz(path)
+
+
+# ---- ε and the Bayesian specification --------------------------------------------------------
+_EPS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(sigma|σ|s)?\s*$")
+
+
+@dataclass(frozen=True)
+class Epsilon:
+    """Half-width of the weight box: ``value`` absolute, or ``value`` × σ_k per layer."""
+
+    value: float
+    in_sigma: bool
+
+    def for_layer(self, sigma: float) -> float:
+        return self.value * sigma if self.in_sigma else self.value
+
+    def __str__(self) -> str:
+        return f"{self.value:g}sigma" if self.in_sigma else f"{self.value:g}"
+
+
+def parse_epsilon(text: str | float | Epsilon) -> Epsilon:
+    """``"1.5sigma"``, ``"1.5σ"`` → 1.5 σ; ``"0.02"`` or ``0.02`` → absolute. Must be ≥ 0."""
+    if isinstance(text, Epsilon):
+        return text
+    if isinstance(text, int | float):
+        value, in_sigma = float(text), False
+    else:
+        m = _EPS_RE.match(str(text))
+        if m is None:
+            raise ConfigError(
+                f"cannot read epsilon {text!r}",
+                field="epsilon",
+                fix='write a number ("0.05") or "1.5sigma"',
+            )
+        value, in_sigma = float(m.group(1)), m.group(2) is not None
+    if not np.isfinite(value) or value < 0:
+        raise ConfigError(
+            f"epsilon must be finite and ≥ 0, got {value}", field="epsilon", fix="use e.g. 1.5sigma"
+        )
+    return Epsilon(value, in_sigma)
+
+
+@dataclass(frozen=True)
+class WeightBox:
+    """``lower[k] ≤ (W_k, b_k) ≤ upper[k]`` elementwise; ``mean`` is the network it surrounds.
+
+    A layer is *Bayesian* in the box when some of its entries have ``lower < upper``.
+    """
+
+    mean: ReluNetwork
+    lower: tuple[Layer, ...]
+    upper: tuple[Layer, ...]
+
+    def is_bayesian(self, k: int) -> bool:
+        (wl, bl), (wu, bu) = self.lower[k], self.upper[k]
+        return bool(np.any(wl < wu) or np.any(bl < bu))
+
+    def contains(self, layers: Sequence[Layer], atol: float = 0.0) -> bool:
+        """True when every weight lies in the box (up to ``atol``)."""
+        for (w, b), (wl, bl), (wu, bu) in zip(layers, self.lower, self.upper, strict=True):
+            if (
+                np.any(w < wl - atol)
+                or np.any(w > wu + atol)
+                or np.any(b < bl - atol)
+                or np.any(b > bu + atol)
+            ):
+                return False
+        return True
+
+    @staticmethod
+    def point(net: ReluNetwork) -> WeightBox:
+        """The degenerate box {net} (a deterministic network)."""
+        return WeightBox(net, net.layers, net.layers)
+
+    def sample_uniform(self, rng: np.random.Generator) -> list[Layer]:
+        """Weights drawn uniformly from the box (for brute-force checks)."""
+        return [
+            (rng.uniform(wl, wu), rng.uniform(bl, bu))
+            for (wl, bl), (wu, bu) in zip(self.lower, self.upper, strict=True)
+        ]
+
+
+@dataclass(frozen=True)
+class BayesianSpec:
+    """Posterior σ per layer, which layers are Bayesian, and whether their biases are."""
+
+    sigma: tuple[float, ...]
+    bayesian_layers: tuple[bool, ...]
+    bayesian_biases: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.sigma) != len(self.bayesian_layers):
+            raise ConfigError(
+                f"{len(self.sigma)} sigmas for {len(self.bayesian_layers)} layers",
+                field="bayesian.sigma",
+                fix="give one σ per layer",
+            )
+        if any((not np.isfinite(s)) or s < 0 for s in self.sigma):
+            raise ConfigError(
+                f"σ must be finite and ≥ 0, got {self.sigma}",
+                field="bayesian.sigma",
+                fix="use e.g. 0.1",
+            )
+
+    @classmethod
+    def from_first_bayesian(
+        cls, n_layers: int, sigma: float, first: int, biases: bool = False
+    ) -> BayesianSpec:
+        """Layers ``first, first+1, …`` Bayesian with one σ (the paper's setups)."""
+        flags = tuple(k >= first for k in range(n_layers))
+        return cls(tuple(sigma if f else 0.0 for f in flags), flags, biases)
+
+    def _check(self, net: ReluNetwork) -> None:
+        if len(self.sigma) != len(net.layers):
+            raise ConfigError(
+                f"spec has {len(self.sigma)} layers, network has {len(net.layers)}",
+                field="bayesian.sigma",
+                fix="give one σ per network layer",
+            )
+
+    def box(self, mean: ReluNetwork, epsilon: Epsilon | str | float) -> WeightBox:
+        """``W_ε``: ``μ ± ε_k`` on Bayesian kernels (and biases when ``bayesian_biases``)."""
+        self._check(mean)
+        eps = parse_epsilon(epsilon)
+        lower: list[Layer] = []
+        upper: list[Layer] = []
+        for k, (w, b) in enumerate(mean.layers):
+            e = eps.for_layer(self.sigma[k]) if self.bayesian_layers[k] else 0.0
+            eb = e if self.bayesian_biases else 0.0
+            lower.append((w - e, b - eb))
+            upper.append((w + e, b + eb))
+        return WeightBox(mean, tuple(lower), tuple(upper))
+
+    def sample(self, mean: ReluNetwork, rng: np.random.Generator) -> list[Layer]:
+        """One draw of the weights from the Gaussian posterior N(μ, σ_k²) on the Bayesian parts."""
+        self._check(mean)
+        out: list[Layer] = []
+        for k, (w, b) in enumerate(mean.layers):
+            if self.bayesian_layers[k]:
+                w = w + self.sigma[k] * rng.standard_normal(w.shape)
+                if self.bayesian_biases:
+                    b = b + self.sigma[k] * rng.standard_normal(b.shape)
+            out.append((np.array(w), np.array(b)))
+        return out
+
+
+def default_spec(name: str) -> BayesianSpec:
+    """The published experiments' spec: kernels only; σ = 0.1 from the second layer on
+    (``lds``, ``pend``, ``car``); σ = 0.05 after the fixed ``[I, −I]`` layer (``*_all``)."""
+    net = load_policy(name)
+    sigma = 0.05 if name.endswith("_all") else 0.1
+    return BayesianSpec.from_first_bayesian(len(net.layers), sigma, first=1)

@@ -11,6 +11,7 @@ import sys
 import typer
 
 from safecert import __version__
+from safecert.cli import blackbox as blackbox_cli
 from safecert.cli import stats as stats_cli
 from safecert.cli import verify as verify_cli
 from safecert.errors import SafecertError
@@ -42,6 +43,8 @@ def _root(
 app.command()(stats_cli.bound)
 app.command()(stats_cli.plan)
 app.command()(verify_cli.verify)
+app.command()(blackbox_cli.certify)
+app.command()(blackbox_cli.rejudge)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,157 @@
+"""Where episodes run: the Backend protocol, a worker's state and the local process pool.
+
+A :class:`RunContext` (picklable) is everything a worker needs to build its oracle and the wrapped
+environments of every cell. :class:`Worker` builds them once, lazily, and runs chunks of jobs of
+one cell with :func:`safecert.blackbox.rollout.run_lockstep` on ``batch_size`` env copies.
+:class:`LocalBackend` runs chunks in-process (``workers = 1``) or on a ``forkserver`` process pool
+and yields records in completion order. BB-seq's Ray backend implements the same protocol.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from safecert.blackbox.config import RunConfig
+from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
+from safecert.blackbox.oracles import OracleSpec, make_oracle
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Picklable description of a run: config, its folder, cells, ranges and the oracle spec."""
+
+    config: RunConfig
+    base_dir: str
+    cells: tuple[dict[str, Any], ...]
+    obs_ranges: tuple[float, ...] | None
+    oracle: OracleSpec
+
+
+class Backend(Protocol):
+    def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
+        """Run every job once; yield each record as soon as it is done (any order)."""
+
+
+class Worker:
+    """A worker's oracle and per-cell env copies, built once and reused across chunks."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.oracle = make_oracle(ctx.oracle)
+        self.envs: dict[int, list] = {}
+
+    def _envs(self, cell: int) -> list:
+        if cell not in self.envs:
+            from safecert.blackbox.rollout import build_cell_env
+
+            ranges = self.ctx.obs_ranges
+            self.envs[cell] = [
+                build_cell_env(
+                    self.ctx.config,
+                    Path(self.ctx.base_dir),
+                    self.ctx.cells[cell],
+                    None if ranges is None else np.asarray(ranges, dtype=float),
+                    self.oracle.act,
+                )
+                for _ in range(self.ctx.config.batch_size)
+            ]
+        return self.envs[cell]
+
+    def run(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
+        from safecert.blackbox.rollout import run_lockstep
+
+        out: list[EpisodeRecord] = []
+        for cell, group in groupby(jobs, key=lambda j: j.cell):
+            out.extend(
+                run_lockstep(self._envs(cell), list(group), self.oracle.act, self.ctx.config)
+            )
+        return out
+
+    def close(self) -> None:
+        for envs in self.envs.values():
+            for env in envs:
+                env.close()
+        self.oracle.close()
+
+
+_WORKER: Worker | None = None
+
+
+def _init_worker(ctx: RunContext) -> None:
+    global _WORKER
+    _WORKER = Worker(ctx)
+    atexit.register(_WORKER.close)
+
+
+def _run_chunk(jobs: list[EpisodeJob]) -> list[EpisodeRecord]:
+    assert _WORKER is not None
+    return _WORKER.run(jobs)
+
+
+def chunked(jobs: Sequence[EpisodeJob], size: int) -> list[list[EpisodeJob]]:
+    """Consecutive chunks of at most ``size`` jobs, never mixing cells."""
+    chunks: list[list[EpisodeJob]] = []
+    for _, group in groupby(jobs, key=lambda j: j.cell):
+        items = list(group)
+        chunks.extend(items[i : i + size] for i in range(0, len(items), size))
+    return chunks
+
+
+class LocalBackend:
+    """Process-pool backend on this machine; ``workers`` defaults to ``os.cpu_count()``.
+
+    Chunks hold ``chunk_episodes`` episodes (default: 4 × batch_size, at least 8) so that records
+    reach the store — and the progress bar — steadily.
+    """
+
+    def __init__(self, workers: int | None = None, chunk_episodes: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self.chunk_episodes = chunk_episodes
+
+    def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
+        size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
+        chunks = chunked(jobs, size)
+        if not chunks:
+            return
+        if self.workers == 1:
+            worker = Worker(ctx)
+            try:
+                for chunk in chunks:
+                    yield from worker.run(chunk)
+            finally:
+                worker.close()
+            return
+        mp_ctx = mp.get_context("forkserver")
+        mp_ctx.set_forkserver_preload(["safecert.blackbox.rollout", "safecert.envs"])
+        pool = ProcessPoolExecutor(
+            min(self.workers, len(chunks)),
+            mp_context=mp_ctx,
+            initializer=_init_worker,
+            initargs=(ctx,),
+        )
+        try:
+            pending: set[Future] = set()
+            todo = iter(chunks)
+            for chunk in todo:  # keep two chunks per worker in flight
+                pending.add(pool.submit(_run_chunk, chunk))
+                if len(pending) >= 2 * self.workers:
+                    break
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    yield from fut.result()
+                    nxt = next(todo, None)
+                    if nxt is not None:
+                        pending.add(pool.submit(_run_chunk, nxt))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

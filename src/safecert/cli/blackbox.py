@@ -1,0 +1,196 @@
+"""``safecert certify`` and ``safecert rejudge``: black-box certification from the command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from safecert.cli.output import console, emit_json, table
+from safecert.errors import ConfigError
+
+
+def _verdict_table(cert) -> None:
+    from safecert.blackbox.grid import cell_label
+
+    res = cert.result
+    rows = [
+        [
+            str(i),
+            cell_label(c["params"]),
+            c["episodes"],
+            c["task_failures"],
+            c["safety_failures"],
+            c["failures"],
+            float(c["upper_bound"]),
+            c["decision"],
+        ]
+        for i, c in enumerate(res["cells"])
+    ]
+    console.print(
+        table(
+            f"safecert certify: p* = {res['p_star']}, confidence {res['confidence']}, "
+            f"M = {res['family_size']}",
+            ["cell", "params", "N", "task", "safety", "unified", "upper", "decision"],
+            rows,
+        )
+    )
+    s1 = res["stage1"]
+    console.print(
+        f"stage 1 (nominal): {s1['decision']} ({s1['failures']}/{s1['episodes']}, "
+        f"upper {s1['upper_bound']:.5f}); ODD: {len(res['odd'])}/{len(res['cells'])} cells"
+    )
+    colour = "green" if cert.verdict == "PASS" else "red"
+    console.print(f"[bold {colour}]{cert.verdict}[/]")
+
+
+def _parse_replay(text: str) -> tuple[int, int]:
+    cell, sep, index = text.partition(":")
+    if not sep or not cell.isdigit() or not index.isdigit():
+        raise ConfigError(f"{text!r} is not CELL:INDEX", field="--replay", fix="e.g. --replay 3:17")
+    return int(cell), int(index)
+
+
+def _backend(backend: str, address: str | None, workers: int | None):
+    if backend == "local":
+        if address is not None:
+            raise ConfigError("--address needs --backend ray", field="--address")
+        from safecert.blackbox.backends import LocalBackend
+
+        return LocalBackend(workers)
+    if backend == "ray":
+        try:
+            from safecert.blackbox.ray_backend import RayBackend
+        except ModuleNotFoundError as exc:
+            if exc.name != "safecert.blackbox.ray_backend":
+                raise
+            raise ConfigError("the Ray backend is not available yet", field="--backend") from None
+        return RayBackend(address)
+    raise ConfigError(f"unknown backend {backend!r}", field="--backend", fix="use local or ray")
+
+
+def certify(
+    config: Annotated[Path, typer.Argument(help="Run config (TOML).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs/certify"),
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes (default: cores).")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="local or ray.")] = "local",
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (with --backend ray).")
+    ] = None,
+    sequential: Annotated[
+        bool, typer.Option("--sequential", help="Anytime-valid sequential certification.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run stored in --out.")
+    ] = False,
+    replay: Annotated[
+        str | None, typer.Option(help="Rerun one episode CELL:INDEX and print it.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the certificate as JSON.")
+    ] = False,
+) -> None:
+    """Certify a black-box policy over its envelope grid; exit 1 when the verdict is FAIL.
+
+    Writes DIR/certificate.json, DIR/episodes.sqlite, DIR/report.html, DIR/report.md and PNG ODD maps.
+
+    Example: safecert certify examples/demo.toml --out runs/demo
+    """
+    if replay is not None:
+        _replay(config, out, *_parse_replay(replay), json_out)
+        return
+    runner = _backend(backend, address, workers)
+    progress = sys.stderr.isatty() and not json_out
+    if sequential or _config_wants_sequential(config):
+        try:
+            from safecert.blackbox.sequential import certify_sequential
+        except ModuleNotFoundError as exc:
+            if exc.name != "safecert.blackbox.sequential":
+                raise
+            raise ConfigError(
+                "sequential certification is not available yet", field="--sequential"
+            ) from None
+        cert = certify_sequential(config, out, runner, resume, progress)
+    else:
+        from safecert.blackbox.certify import certify as run_certify
+
+        cert = run_certify(config, out, backend=runner, resume=resume, progress=progress)
+    if json_out:
+        emit_json(cert.model_dump(mode="json"))
+    else:
+        _verdict_table(cert)
+        console.print(f"certificate: {out / 'certificate.json'}\nreport: {out / 'report.html'}")
+    if cert.verdict != "PASS":
+        raise typer.Exit(1)
+
+
+def _config_wants_sequential(config: Path) -> bool:
+    from safecert.config import read_toml
+
+    return "sequential" in read_toml(config)
+
+
+def _replay(config: Path, out: Path, cell: int, index: int, json_out: bool) -> None:
+    from safecert.blackbox.certify import replay as run_replay
+    from safecert.blackbox.store import EpisodeStore
+
+    record = run_replay(config, cell, index)
+    stored = None
+    if (out / "episodes.sqlite").is_file():
+        with EpisodeStore(out / "episodes.sqlite", create=False) as store:
+            stored = next((r for r in store.records(cell) if r.index == index), None)
+    data = {
+        "replayed": record.as_dict(),
+        "stored": None if stored is None else stored.as_dict(),
+        "matches_stored": None if stored is None else stored == record,
+    }
+    if json_out:
+        emit_json(data)
+        return
+    console.print(
+        table(
+            f"replay of episode {cell}:{index} (seed {record.seed})",
+            ["name", "replayed", "stored"],
+            [
+                [k, str(v), "" if stored is None else str(getattr(stored, k))]
+                for k, v in record.as_dict().items()
+            ],
+        )
+    )
+    if stored is not None:
+        console.print(
+            "[green]matches the stored episode[/]"
+            if stored == record
+            else "[red]DIFFERS from the stored episode[/]"
+        )
+
+
+def rejudge(
+    run_dir: Annotated[Path, typer.Argument(help="Folder of a safecert certify run.")],
+    budget: Annotated[float, typer.Option(help="Cost budget d.")],
+    p_star: Annotated[float, typer.Option("--p-star", help="Failure-probability threshold p*.")],
+    out: Annotated[
+        Path | None, typer.Option(help="Output folder (default DIR/rejudge_d…_p…).")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the certificate as JSON.")
+    ] = False,
+) -> None:
+    """Re-judge stored episodes at another budget and p* (no new episodes); exit 1 on FAIL.
+
+    Example: safecert rejudge runs/demo --budget 25 --p-star 0.1
+    """
+    from safecert.blackbox.rejudge import rejudge as run_rejudge
+
+    cert, where = run_rejudge(run_dir, budget, p_star, out)
+    if json_out:
+        emit_json(cert.model_dump(mode="json"))
+    else:
+        _verdict_table(cert)
+        console.print(f"certificate: {where / 'certificate.json'}\nreport: {where / 'report.html'}")
+    if cert.verdict != "PASS":
+        raise typer.Exit(1)

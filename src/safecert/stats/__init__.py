@@ -1,5 +1,6 @@
 """Shared statistics: exact binomial bounds, Hoeffding bounds, multiplicity, planning, sequential."""
 
+from safecert.stats.betting import BettingRule
 from safecert.stats.binomial import BinomialBound, BinomialInterval, cp_interval, cp_lower, cp_upper
 from safecert.stats.hoeffding import (
     HoeffdingBound,
@@ -9,6 +10,14 @@ from safecert.stats.hoeffding import (
 )
 from safecert.stats.multiplicity import HolmResult, bonferroni, holm
 from safecert.stats.planning import SamplePlan, min_episodes, zero_failure_episodes
+from safecert.stats.sequential import (
+    Boundaries,
+    SequentialDecision,
+    curtailed_boundaries,
+    looks_boundaries,
+    mixture_boundaries,
+    operating_characteristics,
+)
 
 __all__ = [
     "BinomialBound",
@@ -26,4 +35,11 @@ __all__ = [
     "holm",
     "min_episodes",
     "zero_failure_episodes",
+    "Boundaries",
+    "SequentialDecision",
+    "curtailed_boundaries",
+    "looks_boundaries",
+    "mixture_boundaries",
+    "operating_characteristics",
+    "BettingRule",
 ]

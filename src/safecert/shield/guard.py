@@ -1,0 +1,183 @@
+"""The runtime guard: a shield D between any controller and the tools (paper Sec. II).
+
+The guard sees only the abstract state φ(h) (through an ``abstraction`` callable) and the tool name
+of each proposal. A proposal whose tool is not in D(φ(h)) is *blocked*: not executed, no step
+counted, the state unchanged. Three ways to handle a blocked proposal (paper Sec. II, V):
+
+* ``restrict``  — the controller is told the permitted set and picks from it (random and adversarial
+  controllers); a proposal outside it is still blocked and replaced by halt;
+* ``halt``      — the blocked proposal is replaced by halt, ending the episode;
+* ``ask_again`` — the controller is told the call was refused and asked again; the 4th consecutive
+  refusal halts.
+
+Every executed action therefore lies in D(φ(h)): the composite controller is admissible (π ⊳ D) and
+Thm. 1's certificate covers it. The guard fails closed: an unknown state, an unknown tool, a
+malformed proposal or an exception from the abstraction blocks the call (halt stays permitted:
+A3, halting is always safe). It is thread-safe (one lock around each check and the counters).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from safecert.errors import ConfigError
+from safecert.shield.sandbox import TOOLS as sandbox_tools
+from safecert.shield.sandbox import Entry, Sandbox, ToolCall
+
+POLICIES = ("restrict", "halt", "ask_again")
+MAX_REFUSALS = 4
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The guard's verdict on one proposal: ``allowed``, the state it saw, and why if blocked."""
+
+    allowed: bool
+    state: str | None
+    reason: str = ""
+
+
+class Guard:
+    """Checks proposals against a shield ``{state label: permitted tools}``.
+
+    ``Guard(shield, abstraction, actions=TOOLS, halt="halt")``. ``check(tool)`` evaluates the
+    abstraction, looks the tool up and returns a :class:`Decision`; counters ``checks`` and
+    ``blocked`` are updated under a lock, so one guard may serve many threads.
+    """
+
+    def __init__(
+        self,
+        shield: Mapping[str, Collection[str]],
+        abstraction: Callable[[], str],
+        *,
+        actions: Collection[str],
+        halt: str = "halt",
+    ) -> None:
+        if halt not in actions:
+            raise ConfigError(f"halt action {halt!r} is not an action", field="halt")
+        self.actions = frozenset(actions)
+        self.halt = halt
+        table: dict[str, frozenset[str]] = {}
+        for state, tools in shield.items():
+            unknown = set(tools) - self.actions
+            if unknown:
+                raise ConfigError(
+                    f"state {state!r} permits unknown tools {sorted(unknown)}", field="shield"
+                )
+            table[state] = frozenset(tools) | {halt}
+        self._table = table
+        self._abstraction = abstraction
+        self._lock = threading.Lock()
+        self.checks = 0
+        self.blocked = 0
+
+    def permitted(self) -> frozenset[str]:
+        """D(φ(h)) now; only ``{halt}`` when the state is unknown or the abstraction fails."""
+        try:
+            state = self._abstraction()
+        except Exception:  # fail closed on any abstraction error
+            return frozenset({self.halt})
+        return self._table.get(state, frozenset({self.halt}))
+
+    def check(self, tool: object) -> Decision:
+        """Is ``tool`` permitted in the current abstract state? Fails closed."""
+        with self._lock:
+            self.checks += 1
+            try:
+                state = self._abstraction()
+            except Exception as exc:  # fail closed on any abstraction error
+                state, allowed, reason = None, False, f"abstraction failed: {type(exc).__name__}"
+            else:
+                allowed_set = self._table.get(state) if isinstance(state, str) else None
+                if not isinstance(tool, str) or tool not in self.actions:
+                    allowed, reason = False, f"unknown tool {tool!r}"
+                elif allowed_set is None:
+                    allowed, reason = False, f"unknown state {state!r}"
+                else:
+                    allowed = tool in allowed_set
+                    reason = "" if allowed else f"{tool!r} is forbidden in state {state}"
+            if tool == self.halt:
+                allowed, reason = True, ""
+            if not allowed:
+                self.blocked += 1
+            return Decision(allowed, state if isinstance(state, str) else None, reason)
+
+
+class Controller(Protocol):
+    """Anything that proposes tool calls. ``permitted`` is given under the ``restrict`` policy
+    (else ``None``); ``refused`` reports a blocked call under ``ask_again``."""
+
+    def reset(self, rng: np.random.Generator) -> None: ...
+
+    def propose(self, sandbox: Sandbox, permitted: frozenset[str] | None) -> ToolCall: ...
+
+    def refused(self, call: ToolCall, reason: str) -> None: ...
+
+
+@dataclass
+class EpisodeResult:
+    """Outcome of one guarded episode."""
+
+    unsafe: bool
+    success: bool
+    steps: int
+    interventions: int
+    blocked_tools: list[str] = field(default_factory=list)
+    transcript: list[Entry] = field(default_factory=list)
+
+
+def run_episode(
+    controller: Controller,
+    sandbox: Sandbox,
+    guard: Guard | None,
+    *,
+    policy: str = "halt",
+    rng: np.random.Generator,
+    injection: str | None = None,
+    max_proposals: int = 1000,
+) -> EpisodeResult:
+    """Run one episode of ``controller`` in ``sandbox`` behind ``guard`` (``None``: no shield).
+
+    Blocked proposals are never executed and do not advance the step count. ``max_proposals``
+    bounds a controller that never stops proposing (then the guard halts it)."""
+    if policy not in POLICIES:
+        raise ConfigError(
+            f"unknown policy {policy!r}", field="policy", fix=f"use one of {POLICIES}"
+        )
+    sandbox.reset(injection=injection)
+    controller.reset(rng)
+    interventions, refusals, proposals = 0, 0, 0
+    blocked: list[str] = []
+    while not sandbox.terminal:
+        permitted = guard.permitted() if guard is not None and policy == "restrict" else None
+        call = controller.propose(sandbox, permitted)
+        proposals += 1
+        if guard is not None:
+            decision = guard.check(call.tool if isinstance(call, ToolCall) else None)
+            if not decision.allowed:
+                interventions += 1
+                blocked.append(str(getattr(call, "tool", call)))
+                refusals += 1
+                if policy == "ask_again" and refusals < MAX_REFUSALS and proposals < max_proposals:
+                    controller.refused(call, decision.reason)
+                    continue
+                call = ToolCall(guard.halt)
+            else:
+                refusals = 0
+        elif not isinstance(call, ToolCall) or call.tool not in sandbox_tools:
+            call = ToolCall("halt")
+        sandbox.execute(call)
+    facts = sandbox.predicates()
+    return EpisodeResult(
+        unsafe=facts["harm"],
+        success=facts["done"],
+        steps=sandbox.steps,
+        interventions=interventions,
+        blocked_tools=blocked,
+        transcript=list(sandbox.transcript),
+    )

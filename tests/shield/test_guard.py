@@ -1,0 +1,181 @@
+"""The runtime guard: admissibility, fail-closed behaviour, the three policies, thread safety."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from safecert.errors import ConfigError
+from safecert.shield.guard import MAX_REFUSALS, POLICIES, Guard, run_episode
+from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig, ToolCall, all_live_labels
+
+LIVE = all_live_labels()
+
+
+class Scripted:
+    """Proposes a fixed sequence of calls (cycled), recording refusals."""
+
+    def __init__(self, tools):
+        self.tools = list(tools)
+        self.refusals: list[str] = []
+
+    def reset(self, rng):
+        self.i = 0
+
+    def propose(self, sandbox, permitted):
+        tool = self.tools[self.i % len(self.tools)]
+        self.i += 1
+        return tool if not isinstance(tool, str) else ToolCall(tool)
+
+    def refused(self, call, reason):
+        self.refusals.append(reason)
+
+
+class RandomProposer:
+    """Random proposals over the tools plus junk (unknown tools, non-calls)."""
+
+    JUNK = ["rm", "", "HALT", None]
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def reset(self, rng):
+        self.rng = np.random.default_rng(self.seed)
+
+    def propose(self, sandbox, permitted):
+        pool = list(permitted) if permitted is not None and self.rng.random() < 0.5 else list(TOOLS)
+        if self.rng.random() < 0.1:
+            junk = self.JUNK[int(self.rng.integers(len(self.JUNK)))]
+            return ToolCall(junk) if junk is not None else "not a call"
+        return ToolCall(pool[int(self.rng.integers(len(pool)))])
+
+    def refused(self, call, reason):
+        pass
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = Sandbox(np.random.default_rng(0))
+    yield sb
+    sb.close()
+
+
+shields = st.fixed_dictionaries({lab: st.sets(st.sampled_from(TOOLS[:-1])) for lab in LIVE})
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(shields, st.sampled_from(POLICIES), st.integers(0, 2**32 - 1))
+def test_guard_never_lets_a_forbidden_call_execute(sandbox, shield, policy, seed):
+    guard = Guard(shield, sandbox.state, actions=TOOLS)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        res = run_episode(RandomProposer(seed), sandbox, guard, policy=policy, rng=rng)
+        for e in res.transcript:
+            assert e.call.tool == "halt" or e.call.tool in shield[e.state], (e.state, e.call)
+        # blocked proposals do not advance the step count
+        assert res.steps == len(res.transcript) <= sandbox.config.horizon
+        assert res.interventions == len(res.blocked_tools)
+
+
+def test_blocked_proposals_do_not_advance_steps_and_ask_again_halts_on_fourth_refusal(sandbox):
+    shield = {lab: {"read"} for lab in LIVE}
+    guard = Guard(shield, sandbox.state, actions=TOOLS)
+    ctrl = Scripted(["delete", "delete", "delete", "read"])
+    res = run_episode(ctrl, sandbox, guard, policy="ask_again", rng=np.random.default_rng(1))
+    # three refusals, then read executes and resets the refusal count
+    assert res.transcript[0].call.tool == "read" and res.transcript[0].step == 0
+    assert len(ctrl.refusals) >= 3
+    always_bad = Scripted(["chmod"])
+    res = run_episode(always_bad, sandbox, guard, policy="ask_again", rng=np.random.default_rng(2))
+    assert res.interventions == MAX_REFUSALS
+    assert len(always_bad.refusals) == MAX_REFUSALS - 1
+    assert [e.call.tool for e in res.transcript] == ["halt"] and res.steps == 1
+
+
+def test_halt_policy_replaces_the_blocked_call_and_restrict_passes_the_permitted_set(sandbox):
+    shield = {lab: {"read"} for lab in LIVE}
+    guard = Guard(shield, sandbox.state, actions=TOOLS)
+    res = run_episode(
+        Scripted(["chmod"]), sandbox, guard, policy="halt", rng=np.random.default_rng(3)
+    )
+    assert [e.call.tool for e in res.transcript] == ["halt"] and res.interventions == 1
+
+    seen = []
+
+    class Peek(Scripted):
+        def propose(self, sb, permitted):
+            seen.append(permitted)
+            return ToolCall("read")
+
+    run_episode(Peek(["read"]), sandbox, guard, policy="restrict", rng=np.random.default_rng(4))
+    assert seen and all(p == frozenset({"read", "halt"}) for p in seen)
+
+
+def test_fails_closed():
+    table = {"{}": {"read", "write"}}
+    boom = Guard(table, lambda: 1 / 0, actions=TOOLS)
+    d = boom.check("read")
+    assert not d.allowed and "abstraction failed" in d.reason
+    assert boom.check("halt").allowed  # halting is always safe (A3)
+    assert boom.permitted() == frozenset({"halt"})
+    unknown_state = Guard(table, lambda: "{mystery}", actions=TOOLS)
+    assert not unknown_state.check("read").allowed
+    not_a_label = Guard(table, lambda: None, actions=TOOLS)
+    assert not not_a_label.check("read").allowed
+    ok = Guard(table, lambda: "{}", actions=TOOLS)
+    assert ok.check("read").allowed and not ok.check("delete").allowed
+    for junk in ("rm -rf", "", None, 3, ["read"]):
+        assert not ok.check(junk).allowed
+    assert ok.checks == 2 + 5 and ok.blocked == 1 + 5
+    with pytest.raises(ConfigError, match="unknown tools"):
+        Guard({"{}": {"format_disk"}}, lambda: "{}", actions=TOOLS)
+    with pytest.raises(ConfigError, match="policy"):
+        run_episode(Scripted(["read"]), None, ok, policy="yolo", rng=np.random.default_rng())  # type: ignore[arg-type]
+
+
+def test_guard_is_thread_safe():
+    table = {"{}": {"read"}}
+    guard = Guard(table, lambda: "{}", actions=TOOLS)
+    n_threads, per = 8, 5000
+    tools = ["read", "delete", "halt", "send"]  # 2 of 4 blocked
+    start = threading.Barrier(n_threads)
+    wrong = []
+
+    def work(offset):
+        start.wait()
+        for i in range(per):
+            tool = tools[(i + offset) % 4]
+            if guard.check(tool).allowed != (tool in ("read", "halt")):
+                wrong.append(tool)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+    assert guard.checks == n_threads * per
+    assert guard.blocked == n_threads * per // 2
+
+
+def test_the_sandbox_state_under_a_shield_is_unchanged_by_blocked_calls():
+    cfg = SandboxConfig(confirm_prob=0.0, misfire_prob=0.0)
+    with Sandbox(np.random.default_rng(5), config=cfg) as sb:
+        shield = {lab: {"read"} for lab in LIVE}
+        guard = Guard(shield, sb.state, actions=TOOLS)
+        res = run_episode(
+            Scripted(["chmod", "delete", "send", "read"]),
+            sb,
+            guard,
+            policy="ask_again",
+            rng=np.random.default_rng(6),
+        )
+        assert all(e.state == "{}" for e in res.transcript)
+        assert sb.production.stat().st_mode & 0o222 == 0
+        assert not any(sb.outbox.iterdir())

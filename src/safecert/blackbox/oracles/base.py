@@ -31,8 +31,13 @@ class OracleFailure(Exception):
 class Oracle(Protocol):
     """A black-box policy: ``act`` maps observations ``(B, *obs_shape)`` to actions ``(B, ...)``."""
 
-    def probe(self) -> None:
-        """Health check before a run; raises ``OracleError`` with one clear line."""
+    def probe(self, observations: np.ndarray | None = None) -> None:
+        """Health check before a run; raises ``OracleError`` with one clear line.
+
+        With ``observations`` (e.g. one nominal reset observation) the check is a real call whose
+        reply must pass :func:`check_actions`; without, each oracle makes the most real check it
+        can (a zero-row request for exec/HTTP, one zero row for ONNX models with static shapes).
+        """
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         """Actions for a batch; raises :class:`OracleFailure` for a failed call."""

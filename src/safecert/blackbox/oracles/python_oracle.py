@@ -36,8 +36,16 @@ class PythonOracle:
             self._fn = fn
         return self._fn
 
-    def probe(self) -> None:
+    def probe(self, observations: np.ndarray | None = None) -> None:
+        """Import the callable; with ``observations``, also make one call that must succeed."""
         self._function()
+        if observations is not None:
+            try:
+                self.act(observations)
+            except OracleFailure as exc:
+                raise OracleError(
+                    f"policy failed its health check: {exc.reason}", field="policy"
+                ) from None
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         fn = self._function()

@@ -1,0 +1,104 @@
+"""``http://host:port/path`` / ``https://...`` — a vendor policy behind an HTTP endpoint.
+
+``POST`` with the JSON body ``{"observations": [[...], ...]}``; the reply body is
+``{"actions": [[...], ...]}``. One request per batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from safecert.blackbox.oracles import OracleSpec, expand_env
+from safecert.blackbox.oracles.base import OracleFailure, decode_reply, encode_request
+from safecert.errors import OracleError
+
+BACKOFF_BASE_S = 0.05
+BACKOFF_CAP_S = 2.0
+
+
+def backoff_s(attempt: int) -> float:
+    """Sleep before retry ``attempt`` (1-based): ``0.05 * 2**(attempt-1)`` s, at most 2 s."""
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+
+
+class HttpOracle:
+    """A pooled ``httpx.Client`` (keep-alive), TLS certificates verified, headers from the config.
+
+    ``${VAR}`` in header values is expanded from the environment of the process that builds the
+    oracle. Each attempt has the timeout ``timeout_s`` (connect, read, write, pool — each); an
+    attempt that times out, cannot connect, or gets a 5xx status is retried up to ``retries`` times
+    with exponential backoff (:func:`backoff_s`), so a call takes at most about
+    ``(retries + 1) * timeout_s`` plus the backoff. A 4xx status is not retried (the request itself
+    is wrong). A reply that is not the documented JSON fails the call without retry.
+    """
+
+    def __init__(self, spec: OracleSpec) -> None:
+        self.spec = spec
+        self.headers = {k: expand_env(v, field=f"headers.{k}") for k, v in spec.headers}
+        self.headers.setdefault("Content-Type", "application/json")
+        self.attempts = 0  # total HTTP attempts made, retries included
+        self._client = None
+
+    def _http(self):  # -> httpx.Client
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(
+                timeout=httpx.Timeout(self.spec.timeout_s), verify=True, headers=self.headers
+            )
+        return self._client
+
+    def _post(self, body: bytes) -> bytes:
+        import httpx
+
+        client = self._http()
+        last = ""
+        for attempt in range(self.spec.retries + 1):
+            if attempt:
+                time.sleep(backoff_s(attempt))
+            self.attempts += 1
+            try:
+                response = client.post(self.spec.target, content=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.spec.timeout_s}s"
+                continue
+            except httpx.TransportError as exc:
+                last = f"connection error ({type(exc).__name__}: {exc})"
+                continue
+            if response.status_code >= 500:
+                last = f"HTTP {response.status_code} {response.reason_phrase}"
+                continue
+            if response.status_code >= 400:
+                raise OracleFailure(
+                    f"HTTP {response.status_code} {response.reason_phrase}: {response.text[:120]}"
+                )
+            return response.content
+        tries = self.spec.retries + 1
+        raise OracleFailure(f"{self.spec.target}: {last} ({tries} attempt{'s' * (tries > 1)})")
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        obs = np.asarray(observations, dtype=np.float64)
+        try:
+            body = encode_request(obs)
+        except ValueError:
+            raise OracleFailure("observations contain non-finite values") from None
+        return decode_reply(self._post(body), len(obs))
+
+    def probe(self, observations: np.ndarray | None = None) -> None:
+        """One real request (``observations``, or a zero-row batch) that must get a valid reply."""
+        obs = np.zeros((0, 0)) if observations is None else observations
+        try:
+            self.act(obs)
+        except OracleFailure as exc:
+            raise OracleError(
+                f"vendor endpoint failed its health check: {exc.reason}",
+                field="policy",
+                fix="check the URL, that the server is up, and its headers",
+            ) from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,85 @@
+"""``onnx:path/model.onnx`` — a policy exported to ONNX, run with onnxruntime on float32 batches."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from safecert.blackbox.oracles import OracleSpec
+from safecert.blackbox.oracles.base import OracleFailure, check_actions
+from safecert.errors import OracleError
+
+
+class OnnxOracle:
+    """One ``InferenceSession`` (CPU provider, one intra- and one inter-op thread by default, so
+    worker processes do not oversubscribe the cores), built lazily in the process that uses it.
+
+    The model's first input receives the batch as float32 (flattened to ``(B, -1)`` when the model
+    input has rank 2); its first output is the action batch. The call runs in this process, so the
+    timeout is checked after it returns (a slower call is a failure).
+    """
+
+    def __init__(self, spec: OracleSpec, threads: int = 1) -> None:
+        self.spec = spec
+        self.threads = threads
+        self._session: Any = None
+        self._input: Any = None
+
+    def _load(self) -> Any:
+        if self._session is None:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.log_severity_level = 3
+            try:
+                self._session = ort.InferenceSession(
+                    self.spec.target, options, providers=["CPUExecutionProvider"]
+                )
+            except Exception as exc:  # onnxruntime raises its own untyped errors for bad files
+                raise OracleError(
+                    f"cannot load ONNX model {self.spec.target} ({str(exc).splitlines()[0]})",
+                    field="policy",
+                ) from None
+            self._input = self._session.get_inputs()[0]
+        return self._session
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        try:
+            session = self._load()
+        except OracleError as exc:
+            raise OracleFailure(str(exc)) from None
+        obs = np.asarray(observations, dtype=np.float32)
+        if len(self._input.shape) == 2 and obs.ndim != 2:
+            obs = obs.reshape(len(obs), -1)
+        start = time.perf_counter()
+        try:
+            out = session.run(None, {self._input.name: obs})[0]
+        except Exception as exc:  # shape/type mismatch inside onnxruntime
+            raise OracleFailure(f"onnxruntime: {str(exc).splitlines()[0][:200]}") from None
+        elapsed = time.perf_counter() - start
+        if elapsed > self.spec.timeout_s:
+            raise OracleFailure(f"call took {elapsed:.3g}s > timeout {self.spec.timeout_s}s")
+        return check_actions(out, len(obs))
+
+    def probe(self, observations: np.ndarray | None = None) -> None:
+        """Load the model and run it on ``observations`` (or one zero row when its shape is known)."""
+        self._load()
+        if observations is None:
+            dims = self._input.shape[1:]
+            if not all(isinstance(d, int) for d in dims):
+                return
+            observations = np.zeros((1, *dims))
+        try:
+            self.act(observations)
+        except OracleFailure as exc:
+            raise OracleError(
+                f"ONNX model failed its health check: {exc.reason}", field="policy"
+            ) from None
+
+    def close(self) -> None:
+        self._session = None

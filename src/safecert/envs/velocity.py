@@ -1,0 +1,76 @@
+"""Velocity-constrained MuJoCo locomotion on Gymnasium's v5 tasks (Safety-Gymnasium's definition).
+
+Safety-Gymnasium's ``Safety<Robot>Velocity-v1`` tasks give cost 1 at every step whose velocity
+exceeds a per-robot threshold (Ji et al., "Safety-Gymnasium", NeurIPS 2023 Datasets & Benchmarks;
+thresholds from ``safety_gymnasium/tasks/safe_velocity/*_v1.py``). The velocity is the forward
+velocity ``x_velocity`` for Hopper and HalfCheetah, and the planar speed
+``sqrt(x_velocity**2 + y_velocity**2)`` for Ant, as in Safety-Gymnasium. Velocities are the ones
+Gymnasium v5 reports in ``info`` (torso displacement over one control step, ``dt``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from safecert.errors import ConfigError
+
+VELOCITY_THRESHOLDS = {"Hopper": 0.7402, "HalfCheetah": 3.2096, "Ant": 2.6222}
+PLANAR = {"Ant"}
+
+
+class VelocityCost(gym.Wrapper):
+    """Adds ``info["cost"] = 1.0`` on steps whose velocity exceeds ``threshold``, else ``0.0``.
+
+    Also records ``info["velocity"]`` (the value compared) and ``info["velocity_threshold"]``.
+    Rewards, observations and terminations are Gymnasium's, untouched; ``goal = "no_termination"``
+    is the task's goal (the robot did not fall). The MuJoCo model stays reachable as
+    ``env.unwrapped.model`` (``body_mass``, ``geom_friction``, ``dof_damping``) for physical shifts.
+    """
+
+    def __init__(self, env: gym.Env, threshold: float, *, planar: bool = False) -> None:
+        super().__init__(env)
+        if not threshold > 0:
+            raise ConfigError(
+                f"must be > 0 (got {threshold})", field="env_kwargs.velocity_threshold"
+            )
+        self.threshold = float(threshold)
+        self.planar = planar
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        vx = float(info["x_velocity"])
+        velocity = float(np.hypot(vx, float(info["y_velocity"]))) if self.planar else vx
+        info["velocity"] = velocity
+        info["velocity_threshold"] = self.threshold
+        info["cost"] = float(velocity > self.threshold)
+        return obs, float(reward), terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        info["cost"] = 0.0
+        return obs, info
+
+
+def make_velocity_env(
+    robot: str, velocity_threshold: float | None = None, **kwargs: Any
+) -> VelocityCost:
+    """``<robot>-v5`` (Gymnasium MuJoCo) with Safety-Gymnasium's velocity cost.
+
+    ``kwargs`` go to the Gymnasium environment (e.g. ``ctrl_cost_weight``, ``reset_noise_scale``);
+    ``velocity_threshold`` overrides the robot's default from :data:`VELOCITY_THRESHOLDS`.
+    """
+    if robot not in VELOCITY_THRESHOLDS:
+        raise ConfigError(
+            f"unknown robot {robot!r}", field="env", fix=f"one of {sorted(VELOCITY_THRESHOLDS)}"
+        )
+    from gymnasium.envs.mujoco.ant_v5 import AntEnv
+    from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
+    from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
+
+    classes = {"Hopper": HopperEnv, "HalfCheetah": HalfCheetahEnv, "Ant": AntEnv}
+    base = classes[robot](**kwargs)
+    threshold = VELOCITY_THRESHOLDS[robot] if velocity_threshold is None else velocity_threshold
+    return VelocityCost(base, threshold, planar=robot in PLANAR)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from safecert.bnn.invariant import InvariantNet, evaluate_layers
+from safecert.bnn.invariant import InvariantNet
 from safecert.bnn.learner import (
     Learner,
     LearnerSettings,
@@ -73,7 +73,7 @@ def test_training_separates_labelled_points_and_is_deterministic():
     learner = Learner(LearnerSettings(hidden=(12,), epochs=80), low=[-1.2, -1.2], high=[1.2, 1.2])
     data = TrainingData(x, y)
     g = learner.fit(data, seed=0)
-    pred = evaluate_layers(g.layers(), x) >= 0
+    pred = g.network().forward(x)[:, 0] >= 0
     assert np.mean(pred == (y == 1)) == 1.0
     again = learner.fit(data, seed=0)
     for (w, b), (w2, b2) in zip(g.layers(), again.layers(), strict=True):
@@ -91,15 +91,15 @@ def test_counterexamples_are_repaired_and_warm_start_does_not_mutate_init():
     g = learner.fit(data, seed=0)
     # claim that an inside point steps to a point in the unlabelled gap outside Inv
     a, b = np.array([[0.3, 0.0]]), np.array([[0.7, 0.0]])
-    za, zb = evaluate_layers(g.layers(), np.vstack([a, b]))
+    za, zb = g.network().forward(np.vstack([a, b]))[:, 0]
     if zb >= 0:  # the gap happens to be inside: use a point of the outer ring instead
         b = np.array([[1.0, 0.0]])
-        zb = evaluate_layers(g.layers(), b)[0]
+        zb = g.network().forward(b)[0, 0]
     assert za > 0 > zb
     before = [w.copy() for w, _ in g.layers()]
     data.add_ce(a, b)
     g2 = learner.fit(data, seed=1, init=g)
-    za2, zb2 = evaluate_layers(g2.layers(), np.vstack([a, b]))
+    za2, zb2 = g2.network().forward(np.vstack([a, b]))[:, 0]
     assert not (za2 > 0 > zb2)  # the pair no longer violates closure
     assert all(np.array_equal(w, w0) for (w, _), w0 in zip(g.layers(), before, strict=True))
 

@@ -9,6 +9,7 @@ from safecert.bnn.sampling import (
     SafeBNNPolicy,
     acceptance_probability,
     batched_forward,
+    network_at,
     project_means,
 )
 
@@ -39,7 +40,7 @@ def test_all_layer_acceptance_is_tiny_but_sampling_still_works():
     assert acceptance_probability(box, spec) == pytest.approx(_closed_form(n_bayes, 0.5), rel=1e-10)
     draws = SafeBNNPolicy(box, spec, np.random.default_rng(1)).sample(500)
     for j in (0, 250, 499):
-        assert box.contains([(w[j], b[j]) for w, b in draws])
+        assert box.contains(network_at(draws, j))
 
 
 def test_accepted_weights_follow_the_truncated_posterior():
@@ -55,7 +56,7 @@ def test_accepted_weights_follow_the_truncated_posterior():
     assert ks.pvalue > 1e-3
     # fixed layers never move
     assert np.array_equal(
-        SafeBNNPolicy(box, spec, np.random.default_rng(3)).sample(3)[0][0][1], net.layers[0][0]
+        SafeBNNPolicy(box, spec, np.random.default_rng(3)).sample(3)[0][0], net.layers[0][0]
     )
 
 
@@ -69,7 +70,7 @@ def test_actions_use_one_draw_per_row_and_match_the_network():
     same = np.repeat(x[:1], 50, axis=0)
     assert np.unique(wide.act(same).round(12)).size > 40  # different weights per row
     layers = wide.sample(2)
-    single = [(w[1], b[1]) for w, b in layers]
+    single = network_at(layers, 1)
     np.testing.assert_allclose(batched_forward(layers, x[:2])[1], ReluNetwork(single).forward(x[1]))
 
 

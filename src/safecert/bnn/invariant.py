@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from safecert.bnn.networks import ReluNetwork
 from safecert.errors import DataError
 
 Layers = list[tuple[np.ndarray, np.ndarray]]
@@ -33,6 +34,7 @@ class InvariantNet(torch.nn.Module):
 
         g = InvariantNet(2, [12], low=[-1.2, -1.2], high=[1.2, 1.2], seed=0)
         layers = g.layers()          # [(W0 (2,12), b0 (12,)), (W1 (12,1), b1 (1,))]
+        g.network().forward(x)       # the same g(x) in float64 NumPy, for the verifier
     """
 
     def __init__(
@@ -107,52 +109,10 @@ class InvariantNet(torch.nn.Module):
             out.append((w, b))
         return out
 
+    def network(self) -> ReluNetwork:
+        """The exported ``g`` as the verifier's deterministic :class:`ReluNetwork`."""
+        return ReluNetwork(self.layers(), name="invariant")
+
     def clone(self) -> InvariantNet:
         """A deep copy: warm starts never share parameters with the network they start from."""
         return copy.deepcopy(self)
-
-
-def evaluate_layers(layers: Layers, x: np.ndarray) -> np.ndarray:
-    """``g(x)`` in float64 NumPy from exported layers, for a batch ``x`` of shape ``(B, d)``."""
-    z = np.asarray(x, dtype=np.float64)
-    last = len(layers) - 1
-    for i, (w, b) in enumerate(layers):
-        z = z @ w + b
-        if i < last:
-            z = np.maximum(z, 0.0)
-    return z[..., 0]
-
-
-def layers_to_json(layers: Layers) -> list[dict[str, list]]:
-    """Layers as JSON lists ``[{"W": [[…]], "b": […]}, …]`` (exact float64 via repr round trip)."""
-    return [{"W": np.asarray(w).tolist(), "b": np.asarray(b).tolist()} for w, b in layers]
-
-
-def layers_from_json(data: object) -> Layers:
-    """Inverse of :func:`layers_to_json`, with shape checks (one :class:`DataError` line)."""
-    if not isinstance(data, list) or not data:
-        raise DataError("invariant layers missing", field="result.invariant.layers")
-    layers: Layers = []
-    prev: int | None = None
-    for i, item in enumerate(data):
-        try:
-            w = np.asarray(item["W"], dtype=np.float64)
-            b = np.asarray(item["b"], dtype=np.float64)
-        except (KeyError, TypeError, ValueError):
-            raise DataError(
-                f"layer {i} is not {{'W': matrix, 'b': vector}}",
-                field=f"result.invariant.layers.{i}",
-            ) from None
-        if w.ndim != 2 or b.shape != (w.shape[1],) or (prev is not None and w.shape[0] != prev):
-            raise DataError(
-                f"layer {i} has shapes W{w.shape} b{b.shape}",
-                field=f"result.invariant.layers.{i}",
-                fix="regenerate the certificate",
-            )
-        prev = w.shape[1]
-        layers.append((w, b))
-    if prev != 1:
-        raise DataError(
-            f"the last layer has {prev} outputs, not 1", field="result.invariant.layers"
-        )
-    return layers

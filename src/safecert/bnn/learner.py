@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from safecert.bnn.invariant import InvariantNet
+from safecert.bnn.sampling import SafeBNNPolicy, closed_loop
 from safecert.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from safecert.bnn.dynamics import Benchmark
 
 log = logging.getLogger(__name__)
 
@@ -187,3 +192,23 @@ class Learner:
             final,
         )
         return g
+
+
+def bootstrap_labels(
+    bench: Benchmark,
+    policy: SafeBNNPolicy,
+    rng: np.random.Generator,
+    *,
+    states: int,
+    rollouts: int,
+    horizon: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Optional bootstrap of Alg. 1: ``states`` uniform states of the verification box, each
+    labelled by ``rollouts`` Monte-Carlo trajectories of ``horizon`` steps with weights drawn in the
+    box (``policy``). Label 0 when some trajectory visits ``X_u`` or leaves the box (such a state
+    lies in no valid invariant: the label is correct), else 1 (a heuristic guess)."""
+    x = bench.box.sample(rng, int(states), bench.integer)
+    result = closed_loop(bench, policy, np.repeat(x, int(rollouts), axis=0), int(horizon))
+    bad = result.unsafe.any(axis=0) | ~bench.in_box(result.states).all(axis=0)
+    labels = (~bad.reshape(len(x), int(rollouts)).any(axis=1)).astype(np.float64)
+    return x, labels

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.special import erf
+from scipy.special import erf, ndtr, ndtri
 
 from safecert.bnn.networks import BayesianSpec, ReluNetwork, WeightBox
 from safecert.errors import ConfigError
@@ -39,14 +39,20 @@ BatchedLayers = list[tuple[np.ndarray, np.ndarray]]
 
 
 def batched_forward(layers: BatchedLayers, x: np.ndarray) -> np.ndarray:
-    """Row ``j`` of ``x`` (shape ``(n, in)``) through network ``j`` of ``layers`` (float64)."""
+    """Row ``j`` of ``x`` (shape ``(n, in)``) through network ``j`` of ``layers`` (float64); a
+    2-D kernel or 1-D bias is shared by all rows."""
     a = np.asarray(x, dtype=np.float64)
     last = len(layers) - 1
     for k, (w, b) in enumerate(layers):
-        a = np.einsum("ni,nio->no", a, w) + b
+        a = (a @ w if w.ndim == 2 else np.einsum("ni,nio->no", a, w)) + b
         if k < last:
             a = np.maximum(a, 0.0)
     return a
+
+
+def network_at(layers: BatchedLayers, j: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``j``-th network of a batch (shared entries returned as they are)."""
+    return [(w if w.ndim == 2 else w[j], b if b.ndim == 1 else b[j]) for w, b in layers]
 
 
 def _stds(spec: BayesianSpec, mean: ReluNetwork) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -117,31 +123,37 @@ class SafeBNNPolicy:
         return acceptance_probability(self.box, self.spec)
 
     def _truncated(self, mu: np.ndarray, sd: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int):
-        """``n`` draws of N(mu, sd²) conditioned on [lo, hi], per entry; and whether each draw's
-        entries all fell inside on the first try."""
-        shape = (n, *mu.shape)
-        fixed = (sd <= 0) | (hi <= lo)
-        x = mu + sd * self.rng.standard_normal(shape)
-        x = np.where(fixed, mu, x)
+        """``n`` draws of N(mu, sd²) conditioned on [lo, hi] per entry, and whether each draw lay
+        inside as drawn. An entry outside its interval is replaced by an inverse-CDF draw of the
+        truncated normal, which is the distribution rejection would end with."""
+        x = mu + sd * self.rng.standard_normal((n, *mu.shape))
         bad = (x < lo) | (x > hi)
         first_ok = ~bad.reshape(n, -1).any(axis=1)
-        while bad.any():
-            idx = np.nonzero(bad)
-            x[idx] = mu[idx[1:]] + sd[idx[1:]] * self.rng.standard_normal(len(idx[0]))
-            bad[idx] = (x[idx] < lo[idx[1:]]) | (x[idx] > hi[idx[1:]])
+        idx = np.nonzero(bad)
+        if idx[0].size:
+            m, s, a, b = (arr[idx[1:]] for arr in (mu, sd, lo, hi))
+            pa, pb = ndtr((a - m) / s), ndtr((b - m) / s)
+            u = pa + (pb - pa) * self.rng.uniform(size=idx[0].size)
+            x[idx] = np.clip(m + s * ndtri(u), a, b)
         return x, first_ok
 
     def sample(self, n: int) -> BatchedLayers:
-        """``n`` weight vectors from the posterior conditioned on ``W_ε`` (each inside the box)."""
+        """``n`` weight vectors from the posterior conditioned on ``W_ε`` (each inside the box).
+        Deterministic entries are returned unbatched (a shared ``(in, out)`` kernel)."""
         out: BatchedLayers = []
         ok = np.ones(n, dtype=bool)
         for (w, b), (sw, sb), (wl, bl), (wu, bu) in zip(
             self.box.mean.layers, self.stds, self.box.lower, self.box.upper, strict=True
         ):
-            wk, okw = self._truncated(w, sw, wl, wu, n)
-            bk, okb = self._truncated(b, sb, bl, bu, n)
-            ok &= okw & okb
-            out.append((wk, bk))
+            pair = []
+            for mu, sd, lo, hi in ((w, sw, wl, wu), (b, sb, bl, bu)):
+                if not np.any((sd > 0) & (hi > lo)):
+                    pair.append(np.asarray(mu))
+                    continue
+                draw, first_ok = self._truncated(mu, np.where(hi > lo, sd, 0.0), lo, hi, n)
+                ok &= first_ok
+                pair.append(draw)
+            out.append((pair[0], pair[1]))
         self.draws += n
         self.accepted += int(ok.sum())
         return out
@@ -150,6 +162,22 @@ class SafeBNNPolicy:
         """Raw policy outputs for states ``x`` of shape ``(n, d)``, one fresh weight draw per row."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
         return batched_forward(self.sample(len(x)), x)
+
+
+def sample_box_weights(box: WeightBox, rng: np.random.Generator, n: int) -> BatchedLayers:
+    """``n`` weight vectors from ``box`` for falsification: the first half uniform in the box, the
+    second half on random vertices (every weight at ``μ ± ε``), where worst cases of a ReLU network
+    over interval weights tend to sit. Not a posterior: these look for counterexamples."""
+    n_vertex = n // 2
+    out: BatchedLayers = []
+    for (wl, bl), (wu, bu) in zip(box.lower, box.upper, strict=True):
+        pair = []
+        for lo, hi in ((wl, wu), (bl, bu)):
+            u = rng.uniform(size=(n, *lo.shape))
+            u[n - n_vertex :] = rng.integers(0, 2, size=(n_vertex, *lo.shape))
+            pair.append(lo + (hi - lo) * u)
+        out.append((pair[0], pair[1]))
+    return out
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def relu(milp: Milp, z: Bounded) -> Bounded:
 def _sign_split(milp: Milp, x: Bounded, need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Columns ``(pos, neg)`` with ``x = pos + neg``, ``pos ≥ 0 ≥ neg``, complementary; ``-1`` = absent."""
     pos = np.where(x.lo >= 0.0, x.idx, -1)
-    neg = np.where(x.hi <= 0.0, x.idx, -1)
+    neg = np.where((x.hi <= 0.0) & (x.lo < 0.0), x.idx, -1)
     for i in np.flatnonzero(need & (x.lo < 0.0) & (x.hi > 0.0)):
         lo, hi = float(x.lo[i]), float(x.hi[i])
         p = milp.add_vars(np.zeros(1), np.array([hi]))[0]

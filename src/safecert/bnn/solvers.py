@@ -71,6 +71,9 @@ class Milp:
     ) -> None:
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         coef = np.asarray(coef, dtype=np.float64).reshape(-1)
+        if np.unique(idx).size != idx.size:  # merge repeated columns (solvers reject duplicates)
+            idx, inverse = np.unique(idx, return_inverse=True)
+            coef = np.bincount(inverse, weights=coef, minlength=idx.size)
         keep = coef != 0.0
         self.rows.append((idx[keep], coef[keep], float(lo), float(hi)))
 

@@ -1,0 +1,377 @@
+"""The verifier of a positive-invariant certificate (METHODS.md §4, Def. 1 / Thm. 2 / Alg. 1).
+
+Candidate: a deterministic :class:`~safecert.bnn.networks.ReluNetwork` ``g`` with one output;
+``Inv = {x ∈ B : g(x) ≥ 0}`` (``B`` = the benchmark's verification box). :meth:`Verifier.check`
+decides, in this order, with one MILP per question:
+
+1. **closure** — is there ``x ∈ Inv`` (in ``step_box``) and ``w ∈ W_ε`` with
+   ``x' = f(x, π_w(x))`` outside ``Inv``, i.e. ``g(x') < 0`` or ``x' ∉ B``?
+   (objective: maximise ``g(x) − g(x')`` plus the depth by which ``x'`` leaves ``B``);
+2. **initial** — is there ``x ∈ X0`` with ``g(x) < 0``? (minimise ``g(x)``);
+3. **unsafe** — is there ``x ∈ X_u ∩ B`` with ``g(x) ≥ 0``? (maximise ``g(x)``, per polytope).
+
+All three infeasible ⇒ :class:`Proof`: every trajectory from ``X0`` whose weights stay in ``W_ε``
+stays in ``Inv`` and never meets ``X_u``. A feasible query yields a witness that is replayed in
+float64 (:mod:`safecert.bnn.replay`); only a replayed witness becomes a :class:`Counterexample`. A
+witness that does not replay is re-solved to optimality once; if it still does not replay it is
+kept in ``Unknown.spurious`` (reported, never used silently). A time limit gives :class:`Unknown`,
+never "unsafe".
+
+Soundness margin: each query is relaxed by ``margin`` (``g(x) ≥ −margin``, ``g(x') ≤ margin``, …), so
+an infeasibility verdict also covers the solver's feasibility tolerance (≈1e-6). The proof is that
+of a floating-point MILP solver, not exact arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from safecert.bnn.dynamics import Benchmark, Box, Polytope
+from safecert.bnn.encoding import Bounded, NetworkEncoding, encode_network, new_vars, state_vars
+from safecert.bnn.networks import ReluNetwork, WeightBox
+from safecert.bnn.replay import (
+    ReplayReport,
+    replay_closure,
+    replay_initial,
+    replay_output,
+    replay_unsafe,
+)
+from safecert.bnn.solvers import Milp, SolveResult, solve
+from safecert.errors import ConfigError
+
+Condition = Literal["closure", "initial", "unsafe", "problem1"]
+CheckStatus = Literal["infeasible", "counterexample", "spurious", "timeout", "error"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One MILP question: its verdict, solver, runtime and model size."""
+
+    condition: Condition
+    status: CheckStatus
+    solver: str
+    runtime_s: float
+    n_vars: int
+    n_binaries: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A replayed violation. ``x`` (and, for closure, ``x_next``) are float64 states; ``weights`` are
+    concrete policy weights in the box that realise it (closure / problem1). For CEGIS: closure gives
+    the pair ``(x, x_next)``; initial gives ``(x, label 1)``; unsafe gives ``(x, label 0)``."""
+
+    condition: Condition
+    x: np.ndarray
+    replay: ReplayReport
+    checks: tuple[CheckResult, ...]
+    x_next: np.ndarray | None = None
+
+    @property
+    def runtime_s(self) -> float:
+        return sum(c.runtime_s for c in self.checks)
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Every question infeasible: the candidate is a positive invariant (or Problem 1 holds)."""
+
+    checks: tuple[CheckResult, ...]
+
+    @property
+    def runtime_s(self) -> float:
+        return sum(c.runtime_s for c in self.checks)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """Neither proof nor counterexample: a time limit, a solver error, or only spurious witnesses."""
+
+    reason: str
+    checks: tuple[CheckResult, ...]
+    spurious: tuple[ReplayReport, ...] = field(default=())
+
+    @property
+    def runtime_s(self) -> float:
+        return sum(c.runtime_s for c in self.checks)
+
+
+Verdict = Proof | Counterexample | Unknown
+
+
+@dataclass(frozen=True)
+class _Query:
+    milp: Milp
+    x: Bounded
+    policy: NetworkEncoding | None
+    x_next: Bounded | None
+
+
+class Verifier:
+    """Checks invariant candidates for one benchmark and one policy weight box.
+
+    ``solver``: ``"highs"`` (default) or ``"scip"``; ``time_limit_s`` per MILP; ``tighten``: LP-tighten
+    the policy's and ``g(x')``'s hidden bounds; ``first_feasible``: stop each solve at its first
+    witness (re-solved to optimality only if that witness does not replay).
+    """
+
+    def __init__(
+        self,
+        bench: Benchmark,
+        policy: WeightBox,
+        *,
+        solver: str = "highs",
+        time_limit_s: float | None = 60.0,
+        tighten: bool = False,
+        margin: float = 1e-6,
+        first_feasible: bool = True,
+        threads: int = 1,
+    ) -> None:
+        if policy.mean.in_dim != bench.state_dim or policy.mean.out_dim != bench.n_actions:
+            raise ConfigError(
+                f"policy maps {policy.mean.in_dim} → {policy.mean.out_dim}, benchmark {bench.name} needs "
+                f"{bench.state_dim} → {bench.n_actions}",
+                field="policy",
+                fix="use the policy trained for this benchmark",
+            )
+        if not margin >= 0:
+            raise ConfigError(
+                f"margin must be ≥ 0, got {margin}", field="margin", fix="use e.g. 1e-6"
+            )
+        self.bench, self.policy = bench, policy
+        self.solver, self.time_limit_s, self.tighten = solver, time_limit_s, tighten
+        self.margin, self.first_feasible, self.threads = margin, first_feasible, threads
+
+    # ---- public ---------------------------------------------------------------------------
+    def check(self, g: ReluNetwork) -> Verdict:
+        """Closure, then X0 ⊆ Inv, then Inv ∩ X_u = ∅; the first replayed counterexample wins."""
+        _check_candidate(g, self.bench.state_dim)
+        checks: list[CheckResult] = []
+        spurious: list[ReplayReport] = []
+        for run in (self.check_closure, self.check_initial, self.check_unsafe):
+            verdict = run(g)
+            checks.extend(verdict.checks)
+            if isinstance(verdict, Counterexample):
+                return Counterexample(
+                    verdict.condition, verdict.x, verdict.replay, tuple(checks), verdict.x_next
+                )
+            if isinstance(verdict, Unknown):
+                spurious.extend(verdict.spurious)
+        return _summarise(checks, spurious)
+
+    def closure_query(self, g: ReluNetwork) -> _Query:
+        """The closure MILP (exposed for benchmarks)."""
+        b, m = self.bench, self.margin
+        milp = Milp()
+        x = state_vars(milp, b.step_box.lo, b.step_box.hi, b.integer)
+        g_x = encode_network(milp, g, x).out
+        pol = encode_network(milp, self.policy, x, tighten=self.tighten)
+        x1 = b.encode_step(milp, x, pol.out)
+        g_1 = encode_network(milp, g, x1, tighten=self.tighten).out
+        milp.add_row(g_x.idx, [1.0], lo=-m)
+        # violation: g(x') ≤ m, or x'_i ≥ hi_i − m, or x'_i ≤ lo_i + m (binaries z, Σ z ≥ 1)
+        z_idx, obj_idx, obj_coef = [], list(g_x.idx) + list(g_1.idx), [1.0, -1.0]
+        z0 = new_vars(milp, [0.0], [1.0], integer=True).idx[0]
+        big = max(float(g_1.hi[0]) - m, 0.0)
+        milp.add_row([g_1.idx[0], z0], [1.0, big], hi=m + big)  # z0 = 1 ⇒ g(x') ≤ m
+        z_idx.append(z0)
+        step = 1.0 if b.integer else 0.0  # integer states leave B only by a whole unit
+        for i in range(b.state_dim):
+            faces = ((1.0, b.box.hi[i] + step, x1.hi[i]), (-1.0, -(b.box.lo[i] - step), -x1.lo[i]))
+            for sign, outside, reach in faces:
+                edge = outside - (m if step == 0.0 else 0.5)
+                if reach <= sign * (b.box.hi[i] if sign > 0 else b.box.lo[i]) or reach < edge:
+                    continue  # the bounds already keep x' inside B on this face
+                z = new_vars(milp, [0.0], [1.0], integer=True).idx[0]
+                depth = new_vars(milp, [0.0], [reach - edge]).idx[0]
+                span = edge - sign * (x1.lo[i] if sign > 0 else x1.hi[i])  # max of edge − sign·x'_i
+                milp.add_row(
+                    [x1.idx[i], z], [sign, -span], lo=edge - span
+                )  # z = 1 ⇒ sign·x'_i ≥ edge
+                milp.add_row(
+                    [depth, x1.idx[i], z], [1.0, -sign, span], hi=span - edge
+                )  # depth ≤ sign·x'_i − edge
+                milp.add_row([depth, z], [1.0, -(reach - edge)], hi=0.0)  # depth ≤ 0 unless z
+                z_idx.append(z)
+                obj_idx.append(depth)
+                obj_coef.append(1.0)
+        milp.add_row(z_idx, np.ones(len(z_idx)), lo=1.0)
+        milp.set_objective(obj_idx, obj_coef, maximize=True)
+        return _Query(milp, x, pol, x1)
+
+    def check_closure(self, g: ReluNetwork) -> Verdict:
+        q = self.closure_query(g)
+
+        def replay(sol: np.ndarray) -> ReplayReport:
+            targets = [p.value(sol) for p in q.policy.pre]  # type: ignore[union-attr]
+            return replay_closure(self.bench, self.policy, g, q.x.value(sol), targets)
+
+        return self._decide("closure", q.milp, replay)
+
+    def check_initial(self, g: ReluNetwork) -> Verdict:
+        b = self.bench
+        milp = Milp()
+        x = state_vars(milp, b.initial.lo, b.initial.hi, b.integer)
+        out = encode_network(milp, g, x).out
+        milp.add_row(out.idx, [1.0], hi=self.margin)
+        milp.set_objective(out.idx, [1.0], maximize=False)
+        return self._decide("initial", milp, lambda sol: replay_initial(b, g, x.value(sol)))
+
+    def check_unsafe(self, g: ReluNetwork) -> Verdict:
+        b = self.bench
+        checks: list[CheckResult] = []
+        spurious: list[ReplayReport] = []
+        for k, poly in enumerate(b.unsafe):
+            milp = Milp()
+            x = state_vars(milp, b.box.lo, b.box.hi, b.integer)
+            _add_polytope(milp, x, poly, self.margin)
+            out = encode_network(milp, g, x).out
+            milp.add_row(out.idx, [1.0], lo=-self.margin)
+            milp.set_objective(out.idx, [1.0], maximize=True)
+            verdict = self._decide(
+                "unsafe", milp, lambda sol, x=x, k=k: replay_unsafe(b, g, x.value(sol), k)
+            )
+            checks.extend(verdict.checks)
+            if isinstance(verdict, Counterexample):
+                return Counterexample("unsafe", verdict.x, verdict.replay, tuple(checks))
+            if isinstance(verdict, Unknown):
+                spurious.extend(verdict.spurious)
+        return _summarise(checks, spurious)
+
+    # ---- internals ------------------------------------------------------------------------
+    def _solve(self, milp: Milp, first: bool) -> SolveResult:
+        return solve(
+            milp,
+            self.solver,
+            time_limit_s=self.time_limit_s,
+            stop_at_first=first,
+            threads=self.threads,
+        )
+
+    def _decide(self, condition: Condition, milp: Milp, replay) -> Verdict:
+        return decide(condition, milp, replay, self._solve, self.first_feasible)
+
+
+def decide(condition: Condition, milp: Milp, replay, solve_fn, first_feasible: bool) -> Verdict:
+    """Solve one question, replay its witness, re-solve to optimality once if it does not replay."""
+    n_bin = milp.n_integer
+    checks: list[CheckResult] = []
+    spurious: list[ReplayReport] = []
+    for first in (True, False) if first_feasible else (False,):
+        res = solve_fn(milp, first)
+        status: CheckStatus
+        if res.status == "infeasible":
+            status, detail = "infeasible", ""
+        elif res.status == "timeout":
+            status, detail = "timeout", res.message
+        elif res.status == "error":
+            status, detail = "error", res.message
+        else:
+            rep = replay(res.values)
+            status = "counterexample" if rep.ok else "spurious"
+            detail = rep.detail
+        checks.append(
+            CheckResult(condition, status, res.solver, res.runtime_s, milp.n_vars, n_bin, detail)
+        )
+        if status == "counterexample":
+            return Counterexample(condition, rep.x, rep, tuple(checks), rep.x_next)
+        if status == "spurious":
+            spurious.append(rep)
+            if res.optimal:
+                break
+            continue
+        break
+    return _summarise(checks, spurious)
+
+
+def _summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:
+    bad = [c for c in checks if c.status in ("timeout", "error")]
+    if not bad and not spurious:
+        return Proof(tuple(checks))
+    reasons = sorted(
+        {f"{c.condition}: {c.status}" for c in bad}
+        | {"witness did not replay" for _ in spurious[:1]}
+    )
+    return Unknown("; ".join(reasons), tuple(checks), tuple(spurious))
+
+
+def _check_candidate(g: ReluNetwork, dim: int) -> None:
+    if g.in_dim != dim or g.out_dim != 1:
+        raise ConfigError(
+            f"invariant network maps {g.in_dim} → {g.out_dim}",
+            field="invariant",
+            fix=f"use a {dim} → … → 1 network",
+        )
+
+
+def _add_polytope(milp: Milp, x: Bounded, poly: Polytope, margin: float) -> None:
+    for a, rhs in zip(poly.A, poly.b, strict=True):
+        milp.add_row(x.idx, a, hi=float(rhs) + margin)
+
+
+# ---- Problem 1 ---------------------------------------------------------------------------------
+def output_extreme(
+    box: WeightBox,
+    in_box: Box,
+    direction: np.ndarray,
+    *,
+    solver: str = "highs",
+    tighten: bool = False,
+    integer: bool = False,
+    time_limit_s: float | None = None,
+) -> tuple[SolveResult, Bounded, NetworkEncoding]:
+    """``max_{x ∈ in_box, W ∈ box} direction · π_W(x)`` (``SolveResult.bound`` is a sound upper bound)."""
+    milp = Milp()
+    x = state_vars(milp, in_box.lo, in_box.hi, integer)
+    enc = encode_network(milp, box, x, tighten=tighten)
+    milp.set_objective(enc.out.idx, direction, maximize=True)
+    return solve(milp, solver, time_limit_s=time_limit_s), x, enc
+
+
+def check_problem1(
+    box: WeightBox,
+    in_box: Box,
+    unsafe_outputs: Sequence[Polytope],
+    *,
+    solver: str = "highs",
+    tighten: bool = False,
+    time_limit_s: float | None = 60.0,
+    margin: float = 1e-6,
+) -> Verdict:
+    """Problem 1: does every network with weights in ``box`` map ``in_box`` outside the union of
+    ``unsafe_outputs`` (polytopes over the outputs)? One MILP per polytope, witnesses replayed."""
+    checks: list[CheckResult] = []
+    spurious: list[ReplayReport] = []
+    for poly in unsafe_outputs:
+        milp = Milp()
+        x = state_vars(milp, in_box.lo, in_box.hi)
+        enc = encode_network(milp, box, x, tighten=tighten)
+        _add_polytope(milp, enc.out, poly, margin)
+        # push witnesses inside the polytope: maximise the smallest slack
+        slack = new_vars(milp, [-1e6], [1e6]).idx[0]
+        for a, rhs in zip(poly.A, poly.b, strict=True):
+            milp.add_row(
+                np.concatenate([enc.out.idx, [slack]]), np.concatenate([a, [1.0]]), hi=float(rhs)
+            )
+        milp.set_objective([slack], [1.0], maximize=True)
+
+        def replay(sol, x=x, enc=enc, poly=poly) -> ReplayReport:
+            return replay_output(box, x.value(sol), [p.value(sol) for p in enc.pre], in_box, poly)
+
+        def solve_fn(m: Milp, first: bool) -> SolveResult:
+            return solve(m, solver, time_limit_s=time_limit_s, stop_at_first=first)
+
+        verdict = decide("problem1", milp, replay, solve_fn, True)
+        checks.extend(verdict.checks)
+        if isinstance(verdict, Counterexample):
+            return Counterexample(
+                "problem1", verdict.x, verdict.replay, tuple(checks), verdict.x_next
+            )
+        if isinstance(verdict, Unknown):
+            spurious.extend(verdict.spurious)
+    return _summarise(checks, spurious)

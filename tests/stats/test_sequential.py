@@ -31,9 +31,9 @@ from safecert.stats.sequential import (
     mixture_bounds,
     mixture_log_evalue,
     next_check,
-    operating_characteristics,
     spending,
 )
+from safecert.stats.sequential_plan import operating_characteristics
 
 P_STAR = 0.05
 DELTA = 0.1

@@ -81,15 +81,31 @@ def plan(
     confidence: Annotated[float, typer.Option(help="Family-wise confidence 1-δ.")] = 0.9,
     family_size: Annotated[int, typer.Option(help="Cells M sharing δ.")] = 1,
     failures: Annotated[str, typer.Option(help="Planned failure counts, comma-separated.")] = "0",
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="Compare methods instead: cp, hoeffding, sequential, looks, mixture, betting, "
+            "curtail (comma-separated) or all."
+        ),
+    ] = None,
+    expected_rate: Annotated[
+        float, typer.Option(help="Expected failure rate (with --method).")
+    ] = 0.0,
+    cap: Annotated[int, typer.Option(help="Episode cap per cell of sequential methods.")] = 10000,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Minimum episodes N with upper(k, N, δ/M) ≤ p* for each planned failure count k.
+    """Minimum episodes N with upper(k, N, δ/M) ≤ p* for each planned failure count k; with
+    --method, the episodes each method needs at an expected failure rate, side by side.
 
     Example: safecert plan --p-star 0.05 --confidence 0.9 --failures 0,1,2,3,5,10
+    Example: safecert plan --p-star 0.05 --family-size 9 --method all --expected-rate 0.01
     """
     if not 0.0 < p_star < 1.0:
         raise ConfigError(f"{p_star} is outside (0, 1)", field="--p-star", fix="use e.g. 0.05")
     delta = _delta(confidence, family_size)
+    if method is not None:
+        _plan_methods(method, p_star, confidence, family_size, delta, expected_rate, cap, json_out)
+        return
     counts = parse_int_list(failures, "--failures")
     plans = [min_episodes(k, p_star, delta) for k in counts]
     result = {
@@ -110,5 +126,89 @@ def plan(
             f" over {family_size} cell(s)",
             ["failures", "episodes", "upper_bound"],
             [[p.failures, p.episodes, p.upper_bound] for p in plans],
+        )
+    )
+
+
+def _plan_methods(
+    method: str,
+    p_star: float,
+    confidence: float,
+    family_size: int,
+    delta: float,
+    rate: float,
+    cap: int,
+    json_out: bool,
+) -> None:
+    from safecert.stats.sequential_plan import PLAN_METHODS, compare_methods
+
+    names = [m.strip() for m in method.split(",") if m.strip()]
+    if names == ["all"]:
+        names = [m for m in PLAN_METHODS if m != "sequential"]
+    bad = [m for m in names if m not in PLAN_METHODS]
+    if not names or bad:
+        raise ConfigError(
+            f"{method!r} names no known method",
+            field="--method",
+            fix="use " + ", ".join(PLAN_METHODS) + " (comma-separated) or all",
+        )
+    if not 0.0 <= rate < 1.0:
+        raise ConfigError(f"{rate} is outside [0, 1)", field="--expected-rate", fix="e.g. 0.01")
+    if cap < 1:
+        raise ConfigError(f"{cap} must be >= 1", field="--cap", fix="e.g. 10000")
+    plans = compare_methods(names, p_star, delta, rate, cap)
+    result = {
+        "p_star": p_star,
+        "confidence": confidence,
+        "family_size": family_size,
+        "delta_cell": delta,
+        "expected_rate": rate,
+        "cap": cap,
+        "methods": [
+            {
+                "method": p.method,
+                "kind": p.kind,
+                "episodes": p.episodes,
+                "median": p.median,
+                "quantile90": p.quantile90,
+                "pass_prob": p.pass_prob,
+                "how": p.how,
+            }
+            for p in plans
+        ],
+    }
+    if json_out:
+        emit_json(result)
+        return
+
+    def fmt(x: float | None, digits: int = 0) -> str:
+        return "never" if x is None else f"{x:.{digits}f}"
+
+    console.print(
+        table(
+            f"Episodes per cell to certify p* = {p_star} at confidence {confidence} over "
+            f"{family_size} cell(s), expected failure rate {rate} "
+            "(sequential: expected episodes)",
+            [
+                "method",
+                "kind",
+                "episodes (expected if sequential)",
+                "median",
+                "90%",
+                "P(PASS)",
+                "how",
+            ],
+            [
+                [
+                    p.method,
+                    p.kind,
+                    fmt(p.episodes),
+                    "" if p.median is None else p.median,
+                    "" if p.quantile90 is None else p.quantile90,
+                    fmt(p.pass_prob, 3),
+                    p.how,
+                ]
+                for p in plans
+            ],
         )
     )

@@ -16,8 +16,8 @@ from safecert.stats.sequential import (
     curtailed_boundaries,
     looks_boundaries,
     mixture_boundaries,
-    operating_characteristics,
 )
+from safecert.stats.sequential_plan import compare_methods, make_rule, operating_characteristics
 
 __all__ = [
     "BinomialBound",
@@ -40,6 +40,8 @@ __all__ = [
     "curtailed_boundaries",
     "looks_boundaries",
     "mixture_boundaries",
-    "operating_characteristics",
     "BettingRule",
+    "compare_methods",
+    "make_rule",
+    "operating_characteristics",
 ]

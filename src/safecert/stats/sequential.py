@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import betaln
-from scipy.stats import binom
 
 from safecert.errors import ConfigError
 from safecert.stats.binomial import cp_lower, cp_upper, validate_delta
@@ -404,57 +403,3 @@ def next_check(b: Boundaries, episodes: int) -> int:
     """The first check point strictly after ``episodes`` (the cap if none is left)."""
     idx = int(np.searchsorted(b.checks, episodes, side="right"))
     return int(b.checks[min(idx, len(b.checks) - 1)])
-
-
-@dataclass(frozen=True)
-class OperatingCharacteristics:
-    """Exact probabilities of each decision and the stopping-time distribution at a true p."""
-
-    p: float
-    pass_prob: float
-    fail_prob: float
-    inconclusive_prob: float
-    expected_episodes: float
-    median_episodes: int
-    quantile90_episodes: int
-
-
-def operating_characteristics(b: Boundaries, p: float) -> OperatingCharacteristics:
-    """Exact dynamic programme over the failure count: no simulation.
-
-    The distribution of k is propagated between check points by binomial convolution; mass
-    that crosses a boundary is absorbed as PASS/FAIL at that check.
-    """
-    if not 0.0 <= p <= 1.0:
-        raise ConfigError(f"{p} is outside [0, 1]", field="p", fix="use 0 <= p <= 1")
-    size = int(min(b.cap, max(int(b.fail_min.max()), 1))) + 1  # k ≥ size is always absorbed
-    dist = np.zeros(size + 1)
-    dist[0] = 1.0
-    prev = 0
-    p_pass = p_fail = 0.0
-    stop_n: list[int] = []
-    stop_mass: list[float] = []
-    for j, n in enumerate(b.checks):
-        step = int(n) - prev
-        prev = int(n)
-        pmf = binom.pmf(np.arange(min(step, size) + 1), step, p)
-        dist = np.convolve(dist, pmf)[: size + 1]
-        # mass beyond the truncation is certainly ≥ fail_min (or never decided → treated below)
-        ks = np.arange(size + 1)
-        passed = ks <= b.pass_max[j]
-        failed = ks >= b.fail_min[j]
-        mp, mf = float(dist[passed].sum()), float(dist[failed].sum())
-        lost = max(0.0, 1.0 - p_pass - p_fail - float(dist.sum()))  # truncated tail
-        mf += lost
-        p_pass, p_fail = p_pass + mp, p_fail + mf
-        stop_n.append(int(n))
-        stop_mass.append(mp + mf)
-        dist[passed | failed] = 0.0
-    rest = max(0.0, 1.0 - p_pass - p_fail)
-    stop_mass[-1] += rest
-    ns = np.asarray(stop_n, dtype=float)
-    w = np.asarray(stop_mass)
-    cdf = np.cumsum(w)
-    median = int(ns[min(np.searchsorted(cdf, 0.5), len(ns) - 1)])
-    q90 = int(ns[min(np.searchsorted(cdf, 0.9), len(ns) - 1)])
-    return OperatingCharacteristics(p, p_pass, p_fail, rest, float(ns @ w), median, q90)

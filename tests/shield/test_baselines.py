@@ -1,0 +1,103 @@
+"""Table III baselines on the sandbox, each checked against an independent computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from safecert.shield import baselines
+from safecert.shield import sandbox_model as sm
+from safecert.shield.controllers import Adversary
+from safecert.shield.estimate import estimate
+from safecert.shield.guard import Guard, run_episode
+from safecert.shield.sandbox import TOOLS, Sandbox
+
+
+@pytest.fixture(scope="module")
+def logs():
+    model = sm.load()
+    steps = sm.competent_steps(4000, np.random.default_rng(11))
+    return model, steps, baselines.full_counts(model, sm.as_steps(model, steps))
+
+
+def test_full_counts_and_plug_in_rows_match_brute_force(logs):
+    model, steps, full = logs
+    rows = baselines.plug_in_rows(model, full)
+    for (s, a), n in zip(*np.unique(steps[:, 2:4], axis=0, return_counts=True), strict=True):
+        assert full.visits[s, a] == n
+        sel = (steps[:, 2] == s) & (steps[:, 3] == a)
+        for j, s2 in enumerate(model.successors(s, a)):
+            s2_log = sm.SINK if s2 == model.sink else s2
+            assert rows.p[s, a, j] == pytest.approx(np.mean(steps[sel, 4] == s2_log))
+    # an unvisited hazard row is assumed harmless: all mass on "nothing happens"
+    s, a = sm.LABELS.index("{in_prod,write}"), TOOLS.index("write")
+    assert full.visits[s, a] == 0
+    j = list(model.successors(s, a)).index(s)
+    assert rows.p[s, a, j] == 1.0
+
+
+def test_dirichlet_radius_matches_the_beta_quantile(logs):
+    model, _, full = logs
+    rows = baselines.dirichlet_rows(model, full, np.random.default_rng(0), draws=40_000)
+    level = 1 - model.delta / model.stochastic_rows
+    checked = 0
+    for s, a in np.argwhere((model.k == 2) & model.live[:, None]):
+        a1, a2 = full.counts[s, a, :2] + 1.0
+        m1 = a1 / (a1 + a2)
+
+        # ‖q − mean‖₁ = 2|q1 − m1| with q1 ~ Beta(a1, a2): solve P(2|q1 − m1| ≤ r) = level
+        def cover(r, a1=a1, a2=a2, m1=m1):
+            return stats.beta.cdf(m1 + r / 2, a1, a2) - stats.beta.cdf(m1 - r / 2, a1, a2) - level
+
+        exact = optimize.brentq(cover, 1e-9, 2.0)
+        assert rows.radius[s, a] == pytest.approx(exact, rel=0.08, abs=2e-3)
+        checked += 1
+    assert checked >= 10
+
+
+def _adversary_harm_rate(model, allowed, episodes, seed):
+    adv = Adversary(sm.adversary_q(model, allowed), model.horizon)
+    with Sandbox(np.random.default_rng(seed)) as sb:
+        guard = Guard(sm.shield_table(allowed), sb.state, actions=TOOLS)
+        rng = np.random.default_rng(seed + 1)
+        hits = sum(
+            run_episode(adv, sb, guard, policy="restrict", rng=rng).unsafe for _ in range(episodes)
+        )
+    return hits / episodes
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_plug_in_and_policy_specific_certify_zero_yet_the_adversary_does_harm(seed):
+    model = sm.load()
+    steps = sm.competent_steps(4000, np.random.default_rng(seed))
+    full = baselines.full_counts(model, sm.as_steps(model, steps))
+    plug = baselines.plug_in(model, full, 0.05, "additive")
+    pol = baselines.policy_specific(
+        model, 4000, int((steps[:, 4] == sm.LABELS.index("harm")).sum())
+    )
+    assert plug.bound == 0.0 and pol.bound < 1e-3
+    for sh in (plug, pol):
+        assert sm.forbidden_pct(sh.allowed) == 0.0
+        assert sm.exact_risk(model, sh.allowed) > 0.99
+        assert _adversary_harm_rate(model, sh.allowed, 20, seed) >= 0.8  # real sandbox
+
+
+def test_ours_forbids_far_fewer_pairs_than_count_threshold_and_is_safe(logs):
+    model, steps, full = logs
+    est = estimate(model, sm.as_steps(model, steps))
+    count = baselines.count_threshold(model, full)
+    assert count.bound is None
+    # independent: pairs with < 10 visits, never halt, over the 96 working pairs
+    visits = np.zeros((16, 6), int)
+    assert (steps[:, 2] < 16).all()  # logged steps start in working states
+    np.add.at(visits, (steps[:, 2], steps[:, 3]), 1)
+    expect = 100 * ((visits < 10) & (np.arange(6) != TOOLS.index("halt"))).sum() / 96
+    assert sm.forbidden_pct(count.allowed) == pytest.approx(expect)
+    assert sm.forbidden_pct(count.allowed) == pytest.approx(80.2083, abs=0.01)  # paper: 80.2 %
+    for method in ("additive", "robust_q"):
+        ours = baselines.ours(model, est, 0.05, method)
+        assert ours.bound <= 0.05
+        assert sm.forbidden_pct(ours.allowed) * 2.5 < sm.forbidden_pct(count.allowed)
+        assert sm.exact_risk(model, ours.allowed) <= ours.bound + 1e-12
+        assert sm.competent_behaviour(ours.allowed).success > 0.95

@@ -1,0 +1,95 @@
+"""HiGHS and SCIP sessions: agreement with brute force and scipy, status mapping, time limits."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+
+from safecert.bnn.solvers import LpSession, Milp, solve
+from safecert.errors import SolverError
+
+
+def _knapsack(rng, n=10):
+    w = rng.integers(1, 20, size=n).astype(float)
+    v = rng.integers(1, 30, size=n).astype(float)
+    cap = float(w.sum() // 3)
+    milp = Milp()
+    x = milp.add_vars(np.zeros(n), np.ones(n), integer=True)
+    milp.add_row(x, w, hi=cap)
+    milp.set_objective(x, v, maximize=True)
+    best = max(float(v @ c) for c in itertools.product((0, 1), repeat=n) if np.dot(w, c) <= cap)
+    return milp, best
+
+
+@pytest.mark.parametrize("solver", ["highs", "scip"])
+def test_knapsack_optimum_matches_enumeration(solver) -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        milp, best = _knapsack(rng)
+        res = solve(milp, solver)
+        assert res.status == "feasible" and res.optimal
+        assert res.objective == pytest.approx(best) and res.bound == pytest.approx(best, abs=1e-6)
+        assert milp.violation(res.values) <= 1e-6
+
+
+@pytest.mark.parametrize("solver", ["highs", "scip"])
+def test_infeasible_and_first_feasible(solver) -> None:
+    milp = Milp()
+    x = milp.add_vars(np.zeros(3), np.ones(3), integer=True)
+    milp.add_row(x, [2.0, 2.0, 2.0], 3.0, 3.0)  # 2·(integer) = 3 has no solution
+    assert solve(milp, solver).status == "infeasible"
+    milp, best = _knapsack(np.random.default_rng(1), n=14)
+    res = solve(milp, solver, stop_at_first=True)
+    assert (
+        res.status == "feasible"
+        and res.objective <= best + 1e-9
+        and milp.violation(res.values) <= 1e-6
+    )
+
+
+@pytest.mark.parametrize("solver", ["highs", "scip"])
+def test_time_limit_maps_to_timeout(solver) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 100, size=(4, 30)).astype(float)  # a market-split instance: hard for B&B
+    milp = Milp()
+    x = milp.add_vars(np.zeros(30), np.ones(30), integer=True)
+    for row in a:
+        milp.add_row(x, row, float(row.sum() // 2), float(row.sum() // 2))
+    res = solve(milp, solver, time_limit_s=0.2)
+    assert res.status == "timeout" and res.values is None and res.runtime_s < 5
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(SolverError, match="solver"):
+        solve(Milp(), "gurobi")
+    with pytest.raises(SolverError, match="time_limit_s"):
+        solve(Milp(), time_limit_s=0)
+
+
+def test_lp_session_matches_scipy_linprog() -> None:
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(6, 4))
+    b = np.abs(rng.normal(size=6)) + 1
+    milp = Milp()
+    x = milp.add_vars(-np.ones(4) * 3, np.ones(4) * 3, integer=True)  # integrality is dropped
+    for row, rhs in zip(A, b, strict=True):
+        milp.add_row(x, row, hi=rhs)
+    session = LpSession(milp)
+    for j in range(4):
+        for maximize in (False, True):
+            c = np.zeros(4)
+            c[j] = -1.0 if maximize else 1.0
+            ref = linprog(c, A_ub=A, b_ub=b, bounds=[(-3, 3)] * 4, method="highs")
+            got = session.optimum(j, maximize)
+            assert got == pytest.approx(-ref.fun if maximize else ref.fun, abs=1e-7)
+
+
+def test_duplicate_columns_in_a_row_are_merged() -> None:
+    milp = Milp()
+    x = milp.add_vars(np.zeros(2), np.ones(2) * 5)
+    milp.add_row(np.array([x[0], x[1], x[0]]), np.array([1.0, 1.0, 1.0]), hi=4.0)  # 2·x0 + x1 ≤ 4
+    milp.set_objective(x[:1], [1.0])
+    assert solve(milp).objective == pytest.approx(2.0)

@@ -21,6 +21,7 @@ versions)::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from dataclasses import dataclass, field
@@ -93,7 +94,13 @@ def episode(
 
 
 def ars(env, theta, stat, rng, *, iters, directions, top, step, noise, horizon, penalty, label):
-    """ARS V2-t: antithetic perturbations, the ``top`` best directions, reward-std step size."""
+    """ARS V2-t: antithetic perturbations, the ``top`` best directions, reward-std step size.
+
+    Every 10 iterations the current policy is scored on 3 fixed evaluation seeds (penalised return);
+    the best scoring parameters and a copy of the normalisation are returned (ARS is not
+    monotone).
+    """
+    best_score, best = -np.inf, (theta.copy(), copy.deepcopy(stat))
     for it in range(iters):
         deltas = rng.standard_normal((directions, N_PARAMS))
         seeds = rng.integers(0, 2**31 - 1, size=directions)
@@ -108,15 +115,22 @@ def ars(env, theta, stat, rng, *, iters, directions, top, step, noise, horizon, 
             )
             stat.push_many(s1[::5])
             stat.push_many(s2[::5])
-        best = np.argsort(-np.maximum(plus, minus))[:top]
-        sigma = np.concatenate([plus[best], minus[best]]).std() + 1e-8
-        theta = theta + step / (top * sigma) * ((plus[best] - minus[best]) @ deltas[best])
-        if it % 10 == 0 or it == iters - 1:
-            _, ret, cost, _ = episode(env, theta, stat.mean, stat.std, 12345, horizon, 0.0)
+        order = np.argsort(-np.maximum(plus, minus))[:top]
+        sigma = np.concatenate([plus[order], minus[order]]).std() + 1e-8
+        theta = theta + step / (top * sigma) * ((plus[order] - minus[order]) @ deltas[order])
+        if it % 10 == 9 or it == iters - 1:
+            runs = [
+                episode(env, theta, stat.mean, stat.std, s, horizon, penalty) for s in (1, 2, 3)
+            ]
+            score = float(np.mean([r[0] for r in runs]))
+            ret, cost = np.mean([r[1] for r in runs]), np.mean([r[2] for r in runs])
             print(
-                f"[{label}] iter {it:4d} return {ret:8.1f} cost {cost:4.0f}/{horizon}", flush=True
+                f"[{label}] iter {it + 1:4d} return {ret:7.1f} cost {cost:5.1f}/{horizon} score {score:7.1f}",
+                flush=True,
             )
-    return theta
+            if score > best_score:
+                best_score, best = score, (theta.copy(), copy.deepcopy(stat))
+    return best
 
 
 def export_onnx(theta: np.ndarray, mean: np.ndarray, std: np.ndarray, path: Path) -> None:
@@ -182,13 +196,13 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("examples/vendors"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--horizon", type=int, default=250)
-    p.add_argument("--fast-iters", type=int, default=60)
-    p.add_argument("--safe-iters", type=int, default=30)
+    p.add_argument("--fast-iters", type=int, default=150)
+    p.add_argument("--safe-iters", type=int, default=100)
     p.add_argument("--directions", type=int, default=8)
     p.add_argument("--top", type=int, default=4)
     p.add_argument("--step", type=float, default=0.02)
     p.add_argument("--noise", type=float, default=0.03)
-    p.add_argument("--penalty", type=float, default=5.0)
+    p.add_argument("--penalty", type=float, default=10.0)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
@@ -201,29 +215,28 @@ def main() -> None:
         horizon=args.horizon,
     )
     start = time.perf_counter()
-    stat = RunningStat()
-    theta = ars(
+    fast, fast_stat = ars(
         env,
         np.zeros(N_PARAMS),
-        stat,
+        RunningStat(),
         rng,
         iters=args.fast_iters,
         penalty=0.0,
         label="fast",
         **hyper,
     )
-    export_onnx(theta, stat.mean, stat.std, args.out / "cheetah_fast.onnx")
-    safe = ars(
+    export_onnx(fast, fast_stat.mean, fast_stat.std, args.out / "cheetah_fast.onnx")
+    safe, safe_stat = ars(
         env,
-        theta.copy(),
-        stat,
+        fast.copy(),
+        copy.deepcopy(fast_stat),
         rng,
         iters=args.safe_iters,
         penalty=args.penalty,
         label="safe",
         **hyper,
     )
-    export_onnx(safe, stat.mean, stat.std, args.out / "cheetah_safe.onnx")
+    export_onnx(safe, safe_stat.mean, safe_stat.std, args.out / "cheetah_safe.onnx")
     report = {
         "method": "ARS V2-t on a 17-16-6 tanh MLP",
         "args": {k: str(v) for k, v in vars(args).items()},

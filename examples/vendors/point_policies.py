@@ -34,8 +34,12 @@ def goal_seeker(obs: np.ndarray) -> np.ndarray:
     return _track(obs, _towards_goal(obs))
 
 
-def hazard_avoider(obs: np.ndarray, margin: float = 0.25) -> np.ndarray:
-    """Goal-seeking velocity field deflected tangentially around hazards within ``margin``."""
+def hazard_avoider(obs: np.ndarray, margin: float = 0.8, push: float = 1.0) -> np.ndarray:
+    """Goal-seeking velocity field deflected around hazards closer than ``margin``.
+
+    Near a hazard the velocity towards it is replaced by a tangential slide (on the goal's side),
+    and inside ``margin / 2`` of its edge a radial push of strength ``push`` moves the robot out.
+    """
     obs = np.atleast_2d(np.asarray(obs, dtype=np.float64))
     desired = _towards_goal(obs)
     hazards = obs[:, 6:].reshape(len(obs), -1, 2)
@@ -51,4 +55,6 @@ def hazard_avoider(obs: np.ndarray, margin: float = 0.25) -> np.ndarray:
     speed = np.linalg.norm(desired, axis=1, keepdims=True)
     radial = np.einsum("bhk,bk->bh", unit, desired)[..., None] * unit
     correction = (tangent * speed[:, None, :] - radial) * weight[..., None]
-    return _track(obs, desired + correction.sum(axis=1))
+    close = np.clip((margin / 2 - clearance) / (margin / 2), 0.0, 1.0)[..., None]
+    repulsion = -push * close * unit
+    return _track(obs, desired + correction.sum(axis=1) + repulsion.sum(axis=1))

@@ -132,3 +132,5 @@ def test_bad_inputs() -> None:
         Verifier(get_benchmark("car"), _lds_box())
     with pytest.raises(ConfigError, match="invariant"):
         Verifier(toy(0.1), _lds_box()).check(ReluNetwork([(np.ones((3, 1)), np.zeros(1))]))
+    with pytest.raises(ConfigError, match="initial"):
+        Verifier(toy(0.1, initial=1.5), _lds_box())

@@ -139,6 +139,13 @@ class Verifier:
                 field="policy",
                 fix="use the policy trained for this benchmark",
             )
+        for name, sub in (("initial", bench.initial), ("step_box", bench.step_box)):
+            if np.any(sub.lo < bench.box.lo) or np.any(sub.hi > bench.box.hi):
+                raise ConfigError(
+                    f"{name} set is not inside the verification box",
+                    field=f"benchmark.{name}",
+                    fix="enlarge the box or shrink the set",
+                )
         if not margin >= 0:
             raise ConfigError(
                 f"margin must be ≥ 0, got {margin}", field="margin", fix="use e.g. 1e-6"

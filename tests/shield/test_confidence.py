@@ -108,3 +108,15 @@ def test_beta_covers_true_rows_at_the_stated_rate():
         counts = np.stack([rng.multinomial(n0, t) for t in truth])
         fails += np.any(np.abs(counts / n0 - truth).sum(1) > radius)
     assert fails / 400 <= delta
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 8), st.integers(0, 10_000))
+def test_sorting_network_path_equals_sort_path(k, seed):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(k) * 0.5, size=40)
+    v = np.round(rng.random((40, k)), int(rng.integers(1, 4)))  # many ties
+    radius = np.where(rng.random(40) < 0.2, np.inf, rng.uniform(0, 2, 40))
+    net = inner_max(v, p, radius)  # valid=None: sorting network for k <= 6
+    ref = inner_max(v, p, radius, np.ones((40, k), bool))  # argsort path
+    assert np.allclose(net, ref, atol=1e-12)

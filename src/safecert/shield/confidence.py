@@ -10,7 +10,7 @@ union bound over the 2^k − 2 nontrivial subsets and the R rows). Vacuous rows 
 (radius ∞), deterministic rows radius 0. Prop. 2: a declared Markov tolerance η enlarges every
 radius to β + η.
 
-σ(C; V) = max_{q ∈ C} ⟨q, V⟩ is solved in closed form: sort K by V descending, move
+σ(C; V) = max_{q ∈ C} ⟨q, V⟩ is solved in closed form: sort K by V, move
 ξ = min(β/2, 1 − q_top) onto the highest-V entry and take it from the lowest-V entries in order.
 Vectorised over any leading batch shape; padded entries (``valid`` False) carry no mass and never
 receive any.
@@ -19,6 +19,8 @@ receive any.
 from __future__ import annotations
 
 import numpy as np
+
+NETWORK_MAX_K = 6
 
 
 def beta(n0: np.ndarray, k: np.ndarray, rows: int, delta: float) -> np.ndarray:
@@ -38,44 +40,95 @@ def beta(n0: np.ndarray, k: np.ndarray, rows: int, delta: float) -> np.ndarray:
 
 
 def inner_max(
-    values: np.ndarray, p_hat: np.ndarray, radius: np.ndarray, valid: np.ndarray
+    values: np.ndarray, p_hat: np.ndarray, radius: np.ndarray, valid: np.ndarray | None = None
 ) -> np.ndarray:
     """σ(C; V) for a batch of rows.
 
-    ``values``/``p_hat``/``valid``: (..., k) — V on K(s,a), P̂ on K(s,a), which entries are real;
-    ``radius``: (...) — β (+η); ∞ means vacuous (σ = max over valid V).
-    Returns (...,). Exact optimum of the LP (Prop. 1), O(k log k) per row.
+    ``values``/``p_hat``/``valid``: (..., k) — V ≥ 0 on K(s,a), P̂ on K(s,a) (its shape may be a
+    trailing part of V's: rows shared by a batch of value vectors), which entries are
+    real (None: all; padding with V = 0 and P̂ = 0 is harmless either way); ``radius``: (...) —
+    β (+η); ∞ means vacuous (σ = max over real V). Returns (...,): the exact optimum of the LP
+    (Prop. 1), O(k log k) per row.
     """
-    return _solve(values, p_hat, radius, valid)[0]
+    if valid is None and values.shape[-1] <= NETWORK_MAX_K:
+        cols = np.moveaxis(values, -1, 0)
+        return inner_max_columns(
+            [cols[j] for j in range(len(cols))],
+            [p_hat[..., j] for j in range(len(cols))],
+            radius,
+        )
+    vs, ps, _ = _sorted(values, p_hat, valid)
+    xi, take = _transfer(ps, radius)
+    return (
+        np.einsum("...k,...k->...", ps, vs)
+        + xi * vs[..., -1]
+        - np.einsum("...k,...k->...", take, vs[..., :-1])
+    )
+
+
+def inner_max_columns(v: list[np.ndarray], p: list[np.ndarray], radius: np.ndarray) -> np.ndarray:
+    """σ(C; V) with the k entries given as k broadcast-compatible column arrays (small k).
+
+    Same optimum as the sort-based path: an odd–even transposition sorting network (k rounds of
+    adjacent compare–exchanges, stable) carries P̂ along with V column by column — no per-row sort,
+    so short rows in large batches cost a few vector operations. Padding with V = 0, P̂ = 0 is
+    harmless; V must be ≥ 0.
+    """
+    v, p = list(v), list(p)
+    k = len(v)
+    for rnd in range(k):
+        for i in range(rnd % 2, k - 1, 2):
+            swap = v[i] > v[i + 1]
+            v[i], v[i + 1] = np.minimum(v[i], v[i + 1]), np.maximum(v[i], v[i + 1])
+            p[i], p[i + 1] = np.where(swap, p[i + 1], p[i]), np.where(swap, p[i], p[i + 1])
+    xi = np.maximum(np.minimum(np.asarray(radius) / 2.0, 1.0 - p[-1]), 0.0)
+    sigma = xi * v[-1]
+    below = np.zeros_like(xi)
+    for j in range(k):
+        sigma = sigma + p[j] * v[j]
+        if j < k - 1:
+            sigma = sigma - np.minimum(np.maximum(xi - below, 0.0), p[j]) * v[j]
+            below = below + p[j]
+    return sigma
 
 
 def worst_distribution(
-    values: np.ndarray, p_hat: np.ndarray, radius: np.ndarray, valid: np.ndarray
+    values: np.ndarray, p_hat: np.ndarray, radius: np.ndarray, valid: np.ndarray | None = None
 ) -> np.ndarray:
-    """The maximiser q* of σ(C; V) (same shapes as ``p_hat``); for tests and adversaries."""
-    return _solve(values, p_hat, radius, valid)[1]
-
-
-def _solve(
-    values: np.ndarray, p_hat: np.ndarray, radius: np.ndarray, valid: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    v = np.where(valid, values, -np.inf)
-    order = np.argsort(-v, axis=-1, kind="stable")  # descending V; padding last
-    vs = np.take_along_axis(v, order, axis=-1)
-    ps = np.take_along_axis(np.where(valid, p_hat, 0.0), order, axis=-1)
-    vacuous = ~np.isfinite(radius)
-    # ξ: half the radius, capped by the top entry's capacity (= the mass of all the others)
-    xi = np.minimum(np.where(vacuous, 1.0, radius / 2.0), 1.0 - ps[..., 0])
-    xi = np.maximum(xi, 0.0)
-    # remove ξ from the lowest-V entries first: mass strictly below entry j, from the bottom
-    rest = ps[..., 1:]
-    below = np.flip(np.cumsum(np.flip(rest, -1), -1), -1) - rest
-    take = np.clip(xi[..., None] - below, 0.0, rest)
-    qs = np.concatenate([ps[..., :1] + xi[..., None], rest - take], axis=-1)
-    # vacuous rows: all mass on the top entry
-    qs = np.where(vacuous[..., None], np.eye(1, qs.shape[-1], dtype=qs.dtype)[0], qs)
-    vfin = np.where(np.isfinite(vs), vs, 0.0)
-    sigma = np.einsum("...k,...k->...", qs, vfin)
+    """The maximiser q* of σ(C; V) (same shape as ``p_hat``); for tests and adversaries."""
+    _, ps, order = _sorted(values, p_hat, valid)
+    xi, take = _transfer(ps, radius)
+    qs = np.concatenate([ps[..., :-1] - take, ps[..., -1:] + xi[..., None]], axis=-1)
     q = np.empty_like(qs)
     np.put_along_axis(q, order, qs, axis=-1)
-    return sigma, q
+    return q
+
+
+def _sorted(
+    values: np.ndarray, p_hat: np.ndarray, valid: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """V and P̂ sorted by V ascending (the top entry last); padding sorts first with V = −1."""
+    if valid is not None:
+        values = np.where(valid, values, -1.0)
+        p_hat = np.where(valid, p_hat, 0.0)
+    order = np.argsort(values, axis=-1, kind="stable")
+    # flat gathers (several times faster than take_along_axis on many short rows); P̂ may have
+    # fewer leading (batch) dimensions than V and is then gathered without being broadcast
+    k = values.shape[-1]
+    flat_v = order + (np.arange(order.size // k) * k).reshape(order.shape[:-1] + (1,))
+    p_hat = np.ascontiguousarray(p_hat)
+    flat_p = order + (np.arange(p_hat.size // k) * k).reshape(p_hat.shape[:-1] + (1,))
+    return (
+        np.ascontiguousarray(values).reshape(-1)[flat_v],
+        p_hat.reshape(-1)[flat_p],
+        order,
+    )
+
+
+def _transfer(ps: np.ndarray, radius: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ξ moved onto the top entry (≤ β/2 and ≤ its capacity 1 − p_top = the others' mass), and
+    the amount taken from each other entry, lowest V first."""
+    xi = np.maximum(np.minimum(np.asarray(radius) / 2.0, 1.0 - ps[..., -1]), 0.0)
+    donors = ps[..., :-1]
+    below = np.cumsum(donors, axis=-1) - donors  # mass of strictly lower entries
+    return xi, np.clip(xi[..., None] - below, 0.0, donors)

@@ -63,6 +63,48 @@ class RowEstimates:
         return int(self.vacuous.sum())
 
 
+class RowCounter:
+    """Streaming truncated counts: feed (row, position-in-K) pairs in file order."""
+
+    def __init__(self, model: ShieldModel, n0: np.ndarray | None = None) -> None:
+        budget = model.n0 if n0 is None else np.asarray(n0, dtype=np.int64)
+        if budget.shape != model.k.shape:
+            raise ConfigError(f"n0 has shape {budget.shape}, expected {model.k.shape}", field="n0")
+        self.model = model
+        self.n0 = np.where(model.k >= 2, budget, 0)
+        self._flat_n0 = self.n0.reshape(-1)
+        self.visits = np.zeros(model.k.size, dtype=np.int64)
+        self.counts = np.zeros((model.k.size, model.succ.shape[-1]), dtype=np.int64)
+        self.steps = 0
+
+    def add(self, rows: np.ndarray, pos: np.ndarray) -> None:
+        """Count a block of consecutive steps (``rows = s * m + a``); order within the block is
+        file order."""
+        size = len(rows)
+        if not size:
+            return
+        order = np.argsort(rows, kind="stable")
+        rs = rows[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(rs)) + 1]
+        group_start = np.repeat(starts, np.diff(np.r_[starts, size]))
+        rank = np.arange(size) - group_start + self.visits[rs]  # 0-based visit index in its row
+        keep = rank < self._flat_n0[rs]
+        np.add.at(self.counts, (rs[keep], pos[order][keep]), 1)
+        np.add.at(self.visits, rs, 1)
+        self.steps += size
+
+    def result(self, episodes: int) -> RowEstimates:
+        shape = self.model.k.shape
+        return RowEstimates(
+            n0=self.n0.copy(),
+            visits=self.visits.reshape(shape).copy(),
+            counts=self.counts.reshape(self.model.succ.shape).copy(),
+            k=self.model.k.copy(),
+            steps=self.steps,
+            episodes=episodes,
+        )
+
+
 def estimate(
     model: ShieldModel,
     steps: Iterable[Step],
@@ -75,45 +117,18 @@ def estimate(
     ``n0`` defaults to the model's budgets; pass another array only if it too was fixed before the
     logs were read (e.g. a benchmark sweeping M with the rule floor(0.7 M T / R)).
     """
-    budget = model.n0 if n0 is None else np.asarray(n0, dtype=np.int64)
-    if budget.shape != model.k.shape:
-        raise ConfigError(f"n0 has shape {budget.shape}, expected {model.k.shape}", field="n0")
-    budget = np.where(model.k >= 2, budget, 0)
+    counter = RowCounter(model, n0)
     m = len(model.actions)
-    visits = np.zeros(model.k.size, dtype=np.int64)
-    counts = np.zeros(model.succ.shape, dtype=np.int64).reshape(model.k.size, -1)
-    flat_n0 = budget.reshape(-1)
     episodes: set[str] = set()
     rows, pos = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
-    fill = total = 0
-
-    def flush(size: int) -> None:
-        r, p = rows[:size], pos[:size]
-        order = np.argsort(r, kind="stable")
-        rs = r[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(rs)) + 1]
-        group_start = np.repeat(starts, np.diff(np.r_[starts, size]))
-        rank = np.arange(size) - group_start + visits[rs]  # 0-based visit index of the row
-        keep = rank < flat_n0[rs]
-        np.add.at(counts, (rs[keep], p[order][keep]), 1)
-        np.add.at(visits, rs, 1)
-
+    fill = 0
     for st in steps:
         episodes.add(st.episode)
         rows[fill] = st.state * m + st.action
         pos[fill] = st.pos
         fill += 1
-        total += 1
         if fill == chunk:
-            flush(fill)
+            counter.add(rows, pos)
             fill = 0
-    if fill:
-        flush(fill)
-    return RowEstimates(
-        n0=budget,
-        visits=visits.reshape(model.k.shape),
-        counts=counts.reshape(model.succ.shape),
-        k=model.k.copy(),
-        steps=total,
-        episodes=len(episodes),
-    )
+    counter.add(rows[:fill], pos[:fill])
+    return counter.result(len(episodes))

@@ -17,11 +17,12 @@ a known kernel P (ground truth for the grid experiments).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from safecert.errors import ConfigError
-from safecert.shield.confidence import beta, inner_max
+from safecert.shield.confidence import NETWORK_MAX_K, beta, inner_max, inner_max_columns
 from safecert.shield.estimate import RowEstimates
 from safecert.shield.model import ShieldModel
 
@@ -41,6 +42,24 @@ class Rows:
     @property
     def n_states(self) -> int:
         return self.unsafe.shape[0]
+
+    @cached_property
+    def _split(self) -> tuple[np.ndarray, ...]:
+        """Flat row ids and data of deterministic (k = 1) and stochastic rows."""
+        k = self.valid.sum(-1).reshape(-1)
+        succ, p = self.succ.reshape(k.size, -1), self.p.reshape(k.size, -1)
+        det, sto = np.flatnonzero(k == 1), np.flatnonzero(k >= 2)
+        kmax = int(k[sto].max()) if len(sto) else 1
+        return (
+            det,
+            succ[det, 0],
+            sto,
+            np.ascontiguousarray(succ[sto, :kmax]),
+            np.ascontiguousarray(p[sto, :kmax]),
+            self.radius.reshape(-1)[sto],
+            np.ascontiguousarray(succ[sto, :kmax].T),
+            np.ascontiguousarray(p[sto, :kmax].T),
+        )
 
 
 def _table(model: ShieldModel) -> tuple[np.ndarray, np.ndarray]:
@@ -76,17 +95,31 @@ def full_shield(model: ShieldModel) -> np.ndarray:
 
 
 def backup(rows: Rows, values: np.ndarray) -> np.ndarray:
-    """Q(s,a) = σ(C_{s,a}; V) for V of shape (..., n+1); returns (..., n, m)."""
-    gathered = values[..., rows.succ]  # (..., n, m, k)
-    if not np.any(rows.radius):
-        return np.einsum("...k,...k->...", gathered, np.broadcast_to(rows.p, gathered.shape))
-    shape = gathered.shape
-    return inner_max(
-        gathered,
-        np.broadcast_to(rows.p, shape),
-        np.broadcast_to(rows.radius, shape[:-1]),
-        np.broadcast_to(rows.valid, shape),
-    )
+    """Q(s,a) = σ(C_{s,a}; V) for V of shape (..., n+1); returns (..., n, m).
+
+    Deterministic rows are a gather; only stochastic rows are sorted. Padding points at the sink
+    (V = 0) with P̂ = 0, which cannot change σ, so no mask is needed.
+    """
+    n, m, _ = rows.succ.shape
+    batch = values.shape[:-1]
+    det, det_succ, sto, sto_succ, sto_p, sto_radius, succ_t, p_t = rows._split
+    q = np.empty(batch + (n * m,))
+    q[..., det] = values[..., det_succ]
+    if len(sto):
+        kk = sto_succ.shape[1]
+        if np.any(sto_radius) and kk <= NETWORK_MAX_K:
+            cols = values[..., succ_t]  # (..., k, R): contiguous columns
+            q[..., sto] = inner_max_columns(
+                [cols[..., j, :] for j in range(kk)], list(p_t), sto_radius
+            )
+        elif np.any(sto_radius):
+            q[..., sto] = inner_max(values[..., sto_succ], sto_p, sto_radius)
+        else:
+            gathered = values[..., sto_succ]
+            q[..., sto] = np.einsum(
+                "...k,...k->...", gathered, np.broadcast_to(sto_p, gathered.shape)
+            )
+    return q.reshape(batch + (n, m))
 
 
 def value_iteration(
@@ -107,7 +140,7 @@ def value_iteration(
         q = np.where(allowed, backup(rows, values), -np.inf)
         if qs is not None:
             qs.append(q)
-        new = q.max(axis=-1)
+        new = np.clip(q.max(axis=-1), 0.0, 1.0)  # rounding only: true values lie in [0, 1]
         new[..., rows.unsafe] = 1.0
         values[..., :n] = new
     return values, (np.stack(qs) if qs is not None else None)

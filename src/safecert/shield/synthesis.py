@@ -1,0 +1,273 @@
+"""Least-restrictive shield synthesis (paper Sec. IV, Alg. 1 as reconstructed in METHODS.md §3).
+
+Every method returns a shield D with V̄_T(s0; D) ≤ ε, or the all-halt shield (V̄_T = 0, Prop. 3),
+so by Cor. 2 the certificate of the output holds with confidence 1 − δ although D was chosen from
+the same logs. Three methods:
+
+* ``"greedy"`` — Alg. 1: start from the full shield; while V̄_T(s0) > ε evaluate every effective
+  candidate removal of a non-halt (s, a) in one batched robust VI and remove the best by, in
+  lexicographic order, (reduction of V̄_T(s0) per cost, reduction of the mean of V̄_T over live states
+  per cost), cost c = ρ(s,a) + ρ_min with ρ the occupancy of a goal-directed reference policy;
+  candidates that keep the goal reachable from s0 first, the others only when no reachable-preserving
+  candidate reduces anything; all-halt when nothing reduces the risk. The secondary score is what
+  un-stalls the literal greedy (at V̄_T(s0) = 1 every single removal reduces it by 0). A removal that
+  never changes the argmax of any backup cannot change V̄ and is skipped without evaluation.
+* ``"additive"`` — start from all-halt and add non-halt pairs in order of decreasing ρ (ties: lower
+  robust Q first), keeping each only if V̄_T(s0) stays ≤ ε. The result is inclusion-maximal: no single
+  forbidden pair can be given back (V̄ is monotone in D). Batched exactly: a round evaluates each
+  remaining pair alone (failures are final, by monotonicity) and then prefixes of the passing ones.
+* ``"robust_q"`` — the sandbox variant: repeatedly forbid the permitted non-halt pair with the highest
+  robust Q-value of the last backup whose removal keeps the goal reachable; all-halt if none does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from safecert.errors import ConfigError
+from safecert.shield.estimate import RowEstimates
+from safecert.shield.model import ShieldModel
+from safecert.shield.reach import Rows, robust_rows, value_iteration
+
+METHODS = ("greedy", "additive", "robust_q")
+TOL = 1e-12
+
+
+@dataclass
+class ShieldResult:
+    """A synthesized shield and its certificate V̄_T(s0)."""
+
+    allowed: np.ndarray  # (n, m) bool
+    bound: float
+    values: np.ndarray  # V̄_T per state (n,)
+    method: str
+    epsilon: float
+    fallback_all_halt: bool
+    goal_reachable: bool | None
+    forbidden_fraction: float
+    steps: list[tuple[int, int]] = field(default_factory=list)  # pairs removed / added, in order
+
+
+def forbidden_fraction(model: ShieldModel, allowed: np.ndarray) -> float:
+    """Forbidden live state–action pairs / all live pairs (halt counted, never forbidden)."""
+    live = model.live
+    return float((~allowed[live]).sum() / max(model.live_pairs, 1))
+
+
+def all_halt(model: ShieldModel) -> np.ndarray:
+    allowed = np.zeros(model.k.shape, dtype=bool)
+    allowed[:, model.halt] = True
+    return allowed
+
+
+def _edges(model: ShieldModel, rows: Rows) -> np.ndarray:
+    """Likely outcomes, the edges of "the goal stays reachable": successors with P̂ at least half
+    the row's largest P̂ (a grid move's intended cell, not its slips; both outcomes of a fair
+    coin). Vacuous rows contribute no edge: nothing is known about where they lead."""
+    top = rows.p.max(axis=-1, keepdims=True)
+    return rows.valid & (rows.p > 0) & (rows.p >= 0.5 * top) & ~np.isinf(rows.radius)[..., None]
+
+
+def goal_reachable(model: ShieldModel, rows: Rows, allowed: np.ndarray) -> bool | None:
+    """Is some goal state reachable from s0 through likely outcomes of allowed non-halt actions,
+    avoiding S_u? (None when the model has no goal.)"""
+    if model.goal is None:
+        return None
+    possible = _edges(model, rows)
+    seen = np.zeros(model.n_states + 1, dtype=bool)
+    seen[model.initial] = True
+    frontier = [model.initial]
+    while frontier:
+        s = frontier.pop()
+        if model.goal[s]:
+            return True
+        for a in np.flatnonzero(allowed[s]):
+            if a == model.halt:
+                continue
+            for s2 in rows.succ[s, a][possible[s, a]]:
+                if s2 < model.n_states and not seen[s2] and not model.unsafe[s2]:
+                    seen[s2] = True
+                    frontier.append(int(s2))
+    return False
+
+
+def reference_occupancy(model: ShieldModel, rows: Rows, est: RowEstimates) -> np.ndarray:
+    """ρ(s,a): occupancy over T steps from s0 of a goal-directed reference policy, normalised.
+
+    The policy maximises the plug-in (P̂) probability of reaching the goal within T while avoiding
+    S_u (vacuous rows count as never reaching it); ties go to the first action. Without a goal the
+    logged visit frequencies are used.
+    """
+    n, m = model.k.shape
+    if model.goal is None:
+        visits = np.where(model.live[:, None], est.visits, 0).astype(np.float64)
+        visits[:, model.halt] = 0
+        return visits / max(visits.sum(), 1.0)
+    p = np.where(np.isinf(rows.radius)[..., None], 0.0, rows.p)
+    p[:, model.halt] = 0.0
+    goal = np.r_[model.goal & model.live, False]
+    values = goal.astype(np.float64)
+    policies = []
+    for _ in range(model.horizon):
+        q = np.einsum("sak,sak->sa", p, values[rows.succ])
+        best = q.argmax(axis=1)
+        policies.append(best)
+        new = q.max(axis=1)
+        new[model.unsafe] = 0.0
+        values[:n] = np.where(goal[:n], 1.0, new)
+    occ = np.zeros((n, m))
+    dist = np.zeros(n + 1)
+    dist[model.initial] = 1.0
+    for best in reversed(policies):
+        live = model.live & ~model.goal & (dist[:n] > 0)
+        occ[live, best[live]] += dist[:n][live]
+        new = np.zeros(n + 1)
+        new[:n][~live] = dist[:n][~live]
+        idx = np.flatnonzero(live)
+        np.add.at(new, rows.succ[idx, best[idx]], dist[idx, None] * p[idx, best[idx]])
+        dist = new
+    return occ / max(occ.sum(), 1e-300)
+
+
+def synthesize(
+    model: ShieldModel,
+    est: RowEstimates,
+    epsilon: float,
+    *,
+    method: str = "greedy",
+    rho_min: float = 1e-3,
+    occupancy: np.ndarray | None = None,
+) -> ShieldResult:
+    """Least-restrictive shield with V̄_T(s0) ≤ ε (see the module docstring for the methods)."""
+    if method not in METHODS:
+        raise ConfigError(f"unknown method {method!r}", field="method", fix=f"use {METHODS}")
+    if not 0 <= epsilon < 1:
+        raise ConfigError(f"must be in [0, 1), got {epsilon}", field="epsilon")
+    rows = robust_rows(model, est)
+    rho = reference_occupancy(model, rows, est) if occupancy is None else occupancy
+    cost = rho + rho_min
+    run = {"greedy": _greedy, "additive": _additive, "robust_q": _robust_q}[method]
+    allowed, steps = run(model, rows, epsilon, cost)
+    values, _ = value_iteration(rows, allowed, model.horizon)
+    bound = float(values[model.initial])
+    fallback = bool((allowed == all_halt(model)).all()) and bound == 0.0
+    if bound > epsilon + TOL:  # cannot happen by construction; never return an uncertified shield
+        allowed, fallback = all_halt(model), True
+        values, _ = value_iteration(rows, allowed, model.horizon)
+        bound = float(values[model.initial])
+    return ShieldResult(
+        allowed=allowed,
+        bound=bound,
+        values=values[: model.n_states],
+        method=method,
+        epsilon=epsilon,
+        fallback_all_halt=fallback,
+        goal_reachable=goal_reachable(model, rows, allowed),
+        forbidden_fraction=forbidden_fraction(model, allowed),
+        steps=steps,
+    )
+
+
+def _candidates(model: ShieldModel, allowed: np.ndarray) -> np.ndarray:
+    mask = allowed & model.live[:, None]
+    mask[:, model.halt] = False
+    return np.argwhere(mask)
+
+
+def _effective(q: np.ndarray, allowed: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Pairs that are the strict argmax of some backup Q_k (only these can change V̄)."""
+    qq = np.where(allowed, q, -np.inf)  # (T, n, m)
+    s, a = pairs[:, 0], pairs[:, 1]
+    mine = qq[:, s, a]
+    others = qq[:, s, :].copy()
+    others[:, np.arange(len(s)), a] = -np.inf
+    return (mine > others.max(axis=-1)).any(axis=0)
+
+
+def _greedy(model, rows, epsilon, cost):
+    allowed = np.ones(model.k.shape, dtype=bool)
+    s0, live = model.initial, model.live
+    steps: list[tuple[int, int]] = []
+    while True:
+        values, q = value_iteration(rows, allowed, model.horizon, keep_q=True)
+        if values[s0] <= epsilon:
+            return allowed, steps
+        pairs = _candidates(model, allowed)
+        pairs = pairs[_effective(q, allowed, pairs)] if len(pairs) else pairs
+        if not len(pairs):
+            return all_halt(model), steps
+        batch = np.broadcast_to(allowed, (len(pairs),) + allowed.shape).copy()
+        batch[np.arange(len(pairs)), pairs[:, 0], pairs[:, 1]] = False
+        cand, _ = value_iteration(rows, batch, model.horizon)
+        c = cost[pairs[:, 0], pairs[:, 1]]
+        d0 = (values[s0] - cand[:, s0]) / c
+        dmean = (
+            values[: model.n_states][live].mean() - cand[:, : model.n_states][:, live].mean(1)
+        ) / c
+        useful = (d0 > TOL) | (dmean > TOL)
+        if not useful.any():
+            return all_halt(model), steps
+        order = np.lexsort((-dmean, -d0))  # primary d0, secondary dmean, both descending
+        order = order[useful[order]]
+        chosen = order[0]
+        if model.goal is not None:
+            for i in order:
+                trial = allowed.copy()
+                trial[tuple(pairs[i])] = False
+                if goal_reachable(model, rows, trial):
+                    chosen = i
+                    break
+        s, a = (int(x) for x in pairs[chosen])
+        allowed[s, a] = False
+        steps.append((s, a))
+
+
+def _additive(model, rows, epsilon, cost):
+    allowed = all_halt(model)
+    s0 = model.initial
+    full_q = value_iteration(rows, np.ones(model.k.shape, bool), model.horizon, keep_q=True)[1][-1]
+    pairs = _candidates(model, np.ones(model.k.shape, bool))
+    keys = (full_q[pairs[:, 0], pairs[:, 1]], -cost[pairs[:, 0], pairs[:, 1]])
+    queue = [tuple(int(x) for x in pairs[i]) for i in np.lexsort(keys)]
+    steps: list[tuple[int, int]] = []
+    while queue:
+        idx = np.array(queue)
+        single = np.broadcast_to(allowed, (len(queue),) + allowed.shape).copy()
+        single[np.arange(len(queue)), idx[:, 0], idx[:, 1]] = True
+        ok = value_iteration(rows, single, model.horizon)[0][:, s0] <= epsilon
+        queue = [pq for pq, good in zip(queue, ok, strict=True) if good]  # failures are final
+        if not queue:
+            break
+        prefix = np.broadcast_to(allowed, (len(queue),) + allowed.shape).copy()
+        for j, (s, a) in enumerate(queue):
+            prefix[j:, s, a] = True
+        ok = value_iteration(rows, prefix, model.horizon)[0][:, s0] <= epsilon
+        first_bad = int(np.argmin(ok)) if not ok.all() else len(queue)
+        for s, a in queue[:first_bad]:
+            allowed[s, a] = True
+            steps.append((s, a))
+        queue = queue[first_bad + 1 :]  # the first failing prefix's new pair fails on its own now
+    return allowed, steps
+
+
+def _robust_q(model, rows, epsilon, cost):
+    allowed = np.ones(model.k.shape, dtype=bool)
+    steps: list[tuple[int, int]] = []
+    while True:
+        values, q = value_iteration(rows, allowed, model.horizon, keep_q=True)
+        if values[model.initial] <= epsilon:
+            return allowed, steps
+        pairs = _candidates(model, allowed)
+        last = q[-1][pairs[:, 0], pairs[:, 1]]
+        order = np.lexsort((cost[pairs[:, 0], pairs[:, 1]], -last))
+        for i in order:
+            trial = allowed.copy()
+            trial[tuple(pairs[i])] = False
+            if model.goal is None or goal_reachable(model, rows, trial):
+                allowed = trial
+                steps.append((int(pairs[i][0]), int(pairs[i][1])))
+                break
+        else:
+            return all_halt(model), steps

@@ -354,3 +354,59 @@ def table3_rows(
             }
         )
     return out
+
+
+def explore_policy() -> np.ndarray:
+    """Exploration (development) logs: uniform over the five non-halt tools in working states."""
+    pi = np.zeros((N_LABELS, len(TOOLS)))
+    pi[: len(LIVE), :] = 1.0
+    pi[: len(LIVE), TOOLS.index("halt")] = 0.0
+    pi[len(LIVE) :, TOOLS.index("halt")] = 1.0
+    return pi / pi.sum(1, keepdims=True)
+
+
+def coarsened(drop: str, cfg: SandboxConfig | None = None) -> tuple[ShieldModel, np.ndarray]:
+    """The abstraction without predicate ``drop``: its model (K = images of the fine K) and the
+    map from fine indices (labels + sink) to coarse ones. Used by Experiment 4 to show that a
+    missing predicate breaks A1."""
+    if drop not in PREDICATES:
+        raise ValueError(f"unknown predicate {drop!r}")
+    kept = [p for p in PREDICATES if p != drop]
+
+    def coarse_label(i: int) -> str:
+        if i >= len(LIVE):
+            return LABELS[i]
+        x = _bits(i)
+        return "{" + ",".join(p for p in kept if x[p]) + "}"
+
+    labels = list(dict.fromkeys(coarse_label(i) for i in range(N_LABELS)))
+    index = {lab: j for j, lab in enumerate(labels)}
+    fine_to_coarse = np.array([index[coarse_label(i)] for i in range(N_LABELS)] + [len(labels)])
+    fine = model_dict(cfg)
+    successors: dict[str, dict[str, list[str]]] = {}
+    for tool, table in fine["successors"].items():
+        merged: dict[str, list[str]] = {}
+        for lab, succ in table.items():
+            c = labels[fine_to_coarse[_INDEX[lab]]]
+            images = [labels[fine_to_coarse[_INDEX[x]]] for x in succ]
+            merged[c] = list(dict.fromkeys(merged.get(c, []) + images))
+        successors[tool] = merged
+    data = {**fine, "name": f"filesystem-sandbox-without-{drop}", "states": labels}
+    data["initial"] = labels[0]
+    data["successors"] = successors
+    return model_from_dict(data), fine_to_coarse
+
+
+def record_real_logs(controller: Any, episodes: int, path: Path, rng: np.random.Generator) -> None:
+    """Run ``controller`` unshielded in the real sandbox and write its transcripts as a JSONL
+    step log (the abstraction φ evaluated by the sandbox at every call)."""
+    from safecert.shield.guard import run_episode
+    from safecert.shield.sandbox import Sandbox
+
+    with Sandbox(rng) as sb, Path(path).open("w", encoding="utf-8") as fh:
+        for ep in range(episodes):
+            res = run_episode(controller, sb, None, rng=rng)
+            for e in res.transcript:
+                rec = {"episode": f"e{ep}", "t": e.step, "state": e.state, "action": e.call.tool}
+                rec["next_state"] = e.next_state
+                fh.write(json.dumps(rec) + "\n")

@@ -239,7 +239,7 @@ def main() -> None:
     export_onnx(safe, safe_stat.mean, safe_stat.std, args.out / "cheetah_safe.onnx")
     report = {
         "method": "ARS V2-t on a 17-16-6 tanh MLP",
-        "args": {k: str(v) for k, v in vars(args).items()},
+        "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
         "train_seconds": round(time.perf_counter() - start, 1),
         "fast": evaluate(args.out / "cheetah_fast.onnx", 5, args.horizon),
         "safe": evaluate(args.out / "cheetah_safe.onnx", 5, args.horizon),

@@ -37,7 +37,8 @@ class HttpOracle:
     def __init__(self, spec: OracleSpec) -> None:
         self.spec = spec
         self.headers = {k: expand_env(v, field=f"headers.{k}") for k, v in spec.headers}
-        self.headers.setdefault("Content-Type", "application/json")
+        if not any(k.lower() == "content-type" for k in self.headers):
+            self.headers["Content-Type"] = "application/json"
         self.attempts = 0  # total HTTP attempts made, retries included
         self._client = None
 

@@ -1,0 +1,76 @@
+"""onnx: oracle on real ONNX files: a fresh torch export and the bundled vendor policies."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from safecert.blackbox.oracles import OracleFailure, make_oracle, parse_oracle_spec
+from safecert.errors import OracleError
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.onnx legacy exporter
+VENDORS = Path(__file__).resolve().parents[2] / "examples" / "vendors"
+
+
+def mlp(d_in: int, d_out: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(d_in, 16), torch.nn.Tanh(), torch.nn.Linear(16, d_out), torch.nn.Tanh()
+    )
+
+
+def export(net: torch.nn.Module, d_in: int, path: Path) -> Path:
+    torch.onnx.export(
+        net,
+        (torch.zeros(1, d_in),),
+        str(path),
+        input_names=["obs"],
+        output_names=["act"],
+        dynamic_axes={"obs": {0: "batch"}, "act": {0: "batch"}},
+        dynamo=False,
+    )
+    return path
+
+
+def test_round_trip_matches_torch(tmp_path):
+    net = mlp(5, 3)
+    export(net, 5, tmp_path / "m.onnx")
+    spec = pickle.loads(pickle.dumps(parse_oracle_spec("onnx:m.onnx", base_dir=tmp_path)))
+    oracle = make_oracle(spec)
+    oracle.probe()
+    obs = np.random.default_rng(0).normal(size=(64, 5))
+    with torch.no_grad():
+        expected = net(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+    got = oracle.act(obs)
+    assert got.dtype == np.float64 and got.shape == (64, 3)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cheetah_fast", "cheetah_safe"])
+def test_bundled_vendor_policies_match_their_torch_weights(name):
+    path = VENDORS / f"{name}.onnx"
+    assert path.stat().st_size < 1_000_000
+    net = mlp(17, 6)
+    net.load_state_dict(torch.load(VENDORS / f"{name}.pt", weights_only=True))
+    obs = np.random.default_rng(1).normal(size=(32, 17))
+    with torch.no_grad():
+        expected = net(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+    oracle = make_oracle(parse_oracle_spec(f"onnx:{path}", base_dir=VENDORS))
+    np.testing.assert_allclose(oracle.act(obs), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_input_width_is_a_failure(tmp_path):
+    export(mlp(5, 3), 5, tmp_path / "m.onnx")
+    oracle = make_oracle(parse_oracle_spec("onnx:m.onnx", base_dir=tmp_path))
+    with pytest.raises(OracleFailure, match="onnxruntime"):
+        oracle.act(np.zeros((2, 4)))
+
+
+def test_corrupt_model_fails_the_probe(tmp_path):
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    with pytest.raises(OracleError, match="^policy: cannot load ONNX model"):
+        make_oracle(parse_oracle_spec("onnx:bad.onnx", base_dir=tmp_path)).probe()

@@ -125,3 +125,15 @@ def test_bad_arguments_raise_config_errors():
         diagnose(model, iter(()), alpha=1.5)
     empty = diagnose(model, iter(()))
     assert empty.testable == 0 and empty.rejected == 0
+
+
+def test_diagnose_command(cli):
+    args = ["shield", "diagnose", "--model", str(EXAMPLES / "model.toml"),
+            "--logs", str(EXAMPLES / "explore.jsonl")]  # fmt: skip
+    res = cli(*args, "--json", "--permutations", "50")
+    assert res.code == 0, res.stderr
+    data = res.json()
+    assert data["testable"] >= 15 and data["rejected"] == 0 and not data["eta_exceeds_null"]
+    assert len(data["rows"]) == data["testable"]
+    bad = cli(*args, "--context", "history")
+    assert bad.code == 2 and bad.stderr.count("\n") == 1 and "context" in bad.stderr

@@ -94,7 +94,9 @@ def main() -> None:
     parser.add_argument("--certfile", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--keyfile", help="the certificate's private key (PEM)")
     args = parser.parse_args()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP: asyncio only sets TCP_NODELAY on such sockets; without it every reply
+    # waits ~40 ms for the client's delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     app = create_app(args.policy, args.mode, args.flaky_failures)

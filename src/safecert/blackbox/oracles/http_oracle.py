@@ -44,10 +44,19 @@ class HttpOracle:
 
     def _http(self):  # -> httpx.Client
         if self._client is None:
+            import socket
+
             import httpx
 
+            # TCP_NODELAY: httpx writes headers and body separately; with Nagle's algorithm and
+            # the server's delayed ACK every request would wait ~40 ms on loopback.
+            transport = httpx.HTTPTransport(
+                verify=True, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            )
             self._client = httpx.Client(
-                timeout=httpx.Timeout(self.spec.timeout_s), verify=True, headers=self.headers
+                timeout=httpx.Timeout(self.spec.timeout_s),
+                headers=self.headers,
+                transport=transport,
             )
         return self._client
 

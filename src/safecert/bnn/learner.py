@@ -130,7 +130,7 @@ class LearnerSettings:
     warm_epochs: int = 20
     batch_size: int = 256
     learning_rate: float = 1e-2
-    lam: float = 1.0
+    lam: float = 10.0
     margin: float = 0.0
     threads: int = 1
 

@@ -165,16 +165,19 @@ class SafeBNNPolicy:
 
 
 def sample_box_weights(box: WeightBox, rng: np.random.Generator, n: int) -> BatchedLayers:
-    """``n`` weight vectors from ``box`` for falsification: the first half uniform in the box, the
-    second half on random vertices (every weight at ``μ ± ε``), where worst cases of a ReLU network
-    over interval weights tend to sit. Not a posterior: these look for counterexamples."""
-    n_vertex = n // 2
+    """``n`` weight vectors from ``box`` for falsification, in four equal parts: uniform in the
+    box, random vertices (every weight at ``μ ± ε``), the lower corner and the upper corner (for
+    non-negative layer inputs, as after a ReLU, the corners give the extreme outputs of a layer).
+    Not a posterior: these look for counterexamples."""
+    q = n // 4
     out: BatchedLayers = []
     for (wl, bl), (wu, bu) in zip(box.lower, box.upper, strict=True):
         pair = []
         for lo, hi in ((wl, wu), (bl, bu)):
             u = rng.uniform(size=(n, *lo.shape))
-            u[n - n_vertex :] = rng.integers(0, 2, size=(n_vertex, *lo.shape))
+            u[q : 2 * q] = rng.integers(0, 2, size=(q, *lo.shape))
+            u[2 * q : 3 * q] = 0.0
+            u[3 * q :] = 1.0
             pair.append(lo + (hi - lo) * u)
         out.append((pair[0], pair[1]))
     return out

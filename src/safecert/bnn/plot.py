@@ -1,0 +1,101 @@
+"""The paper's Fig. 2 for 2-D systems: the invariant's boundary over the closed-loop vector field.
+
+One PNG: the verification box ``B``; filled regions ``g ≥ 0`` (green, ``Inv``) and ``g < 0``
+(orange); the boundary ``g = 0`` (black); the vector field ``f(x, π_μ(x)) − x`` of the mean
+policy (grey arrows); ``X0`` (blue outline); ``X_u ∩ B`` (red hatching); and every counterexample
+the CEGIS loop met (red crosses; for closure, a thin line to its successor). Systems with more
+than two state variables have no such picture (:func:`can_plot`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from safecert.bnn.dynamics import Benchmark
+from safecert.bnn.networks import ReluNetwork
+
+
+def can_plot(bench: Benchmark) -> bool:
+    return bench.state_dim == 2 and not bench.integer
+
+
+def plot_invariant(
+    path: Path,
+    bench: Benchmark,
+    policy: ReluNetwork,
+    g: ReluNetwork,
+    counterexamples: Sequence[tuple[np.ndarray, np.ndarray | None]] = (),
+    *,
+    title: str = "",
+    grid: int = 300,
+) -> Path:
+    """Write the picture to ``path`` (PNG) and return it; ``counterexamples`` are ``(x, x')``
+    pairs (``x'`` None for initial/unsafe witnesses). Raises ``ValueError`` for non-2-D systems."""
+    if not can_plot(bench):
+        raise ValueError(f"{bench.name} is not a 2-D continuous system")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    lo, hi = bench.box.lo, bench.box.hi
+    xs = np.linspace(lo[0], hi[0], grid)
+    ys = np.linspace(lo[1], hi[1], grid)
+    xx, yy = np.meshgrid(xs, ys)
+    pts = np.stack([xx.ravel(), yy.ravel()], axis=1)
+    gz = g.forward(pts)[:, 0].reshape(xx.shape)
+    unsafe = bench.in_unsafe(pts).reshape(xx.shape)
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
+    ax.contourf(xx, yy, gz, levels=[-np.inf, 0.0, np.inf], colors=["#f6c28b", "#9fd89f"], alpha=0.8)
+    ax.contour(xx, yy, gz, levels=[0.0], colors="black", linewidths=1.5)
+    ax.contourf(xx, yy, unsafe.astype(float), levels=[0.5, 1.5], colors="none", hatches=["///"])
+    ax.contour(xx, yy, unsafe.astype(float), levels=[0.5], colors="#c0392b", linewidths=1.0)
+
+    qx = np.linspace(lo[0], hi[0], 21)
+    qy = np.linspace(lo[1], hi[1], 21)
+    qxx, qyy = np.meshgrid(qx, qy)
+    q = np.stack([qxx.ravel(), qyy.ravel()], axis=1)
+    d = bench.step(q, policy.forward(q)) - q
+    ax.quiver(q[:, 0], q[:, 1], d[:, 0], d[:, 1], color="#555555", angles="xy", width=0.0025)
+
+    i0 = bench.initial
+    ax.add_patch(
+        Rectangle(
+            (i0.lo[0], i0.lo[1]),
+            i0.hi[0] - i0.lo[0],
+            i0.hi[1] - i0.lo[1],
+            fill=False,
+            edgecolor="#1f5fbf",
+            linewidth=1.8,
+            label="X0",
+        )
+    )
+    for k, (x, x_next) in enumerate(counterexamples):
+        ax.plot(
+            x[0],
+            x[1],
+            "x",
+            color="#d00000",
+            markersize=6,
+            label="counterexample" if k == 0 else None,
+        )
+        if x_next is not None:
+            ax.plot([x[0], x_next[0]], [x[1], x_next[1]], "-", color="#d00000", linewidth=0.6)
+    ax.set_xlim(lo[0], hi[0])
+    ax.set_ylim(lo[1], hi[1])
+    names = {"lds": ("x", "y"), "pend": ("θ", "θ̇")}.get(bench.name, ("x0", "x1"))
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1])
+    ax.set_title(title or f"{bench.name}: g = 0 (green: Inv), X0 (blue), X_u (hatched)")
+    ax.legend(loc="upper right", fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

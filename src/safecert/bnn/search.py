@@ -1,0 +1,188 @@
+"""Search for the largest certifiable ε (paper §4.3), and the problem setup it runs on.
+
+:class:`BnnProblem` binds a benchmark, a mean policy and its Bayesian spec to the settings of a run
+and can run Alg. 1 at one ε (:meth:`BnnProblem.run`). :func:`search_epsilon` walks a fixed,
+increasing ladder (e.g. 0.5σ, 1σ, 1.5σ, 2σ, …) and stops at the first ε that is not certified;
+optional bisection steps then refine between the last certified and the first failed value. Each
+attempt is warm-started from the previous *certified* attempt's invariant and its D_spec and D_ce
+(the paper warm-starts from g and D_spec; D_ce is kept too because every transition possible under
+a smaller box is possible under a larger one). The result is the largest ε certified, with its
+proof — never a claim about the ε that failed (UNKNOWN is not "unsafe").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from safecert.bnn.cegis import CegisResult, CegisSettings, SamplingFalsifier, cegis, initial_data
+from safecert.bnn.config import BnnConfig
+from safecert.bnn.dynamics import Benchmark
+from safecert.bnn.invariant import InvariantNet
+from safecert.bnn.learner import Learner, TrainingData, bootstrap_labels
+from safecert.bnn.networks import BayesianSpec, Epsilon, ReluNetwork, WeightBox, parse_epsilon
+from safecert.bnn.sampling import SafeBNNPolicy
+from safecert.bnn.verifier import Verifier
+
+log = logging.getLogger(__name__)
+
+Warm = tuple[InvariantNet, TrainingData] | None
+
+
+@dataclass
+class BnnProblem:
+    """One policy on one benchmark with the run settings of a :class:`BnnConfig`."""
+
+    bench: Benchmark
+    mean: ReluNetwork
+    spec: BayesianSpec
+    config: BnnConfig
+    progress: Callable[[int, str], None] | None = None
+
+    def box(self, epsilon: Epsilon) -> WeightBox:
+        return self.spec.box(self.mean, epsilon)
+
+    def run(
+        self, epsilon: Epsilon, warm: Warm = None, time_limit_s: float | None = None
+    ) -> CegisResult:
+        """Alg. 1 at ``epsilon``: fresh D_spec (optionally bootstrapped under this ε's box) unless
+        ``warm`` gives a previous invariant and its data. Seeded from ``config.seed`` and ε."""
+        cfg = self.config
+        box = self.box(epsilon)
+        seed_seq = np.random.SeedSequence([cfg.seed, int(round(epsilon.value * 1e6))])
+        rng = np.random.default_rng(seed_seq)
+        if warm is None:
+            boot = None
+            if cfg.data.bootstrap and cfg.data.bootstrap_states > 0:
+                boot = bootstrap_labels(
+                    self.bench,
+                    SafeBNNPolicy(box, self.spec, rng),
+                    rng,
+                    states=cfg.data.bootstrap_states,
+                    rollouts=cfg.data.bootstrap_rollouts,
+                    horizon=cfg.data.bootstrap_horizon,
+                )
+            data, hints = initial_data(
+                self.bench,
+                rng,
+                initial_samples=cfg.data.initial_samples,
+                unsafe_samples=cfg.data.unsafe_samples,
+                bootstrap=boot,
+            )
+            init = None
+        else:
+            init, data, hints = warm[0], warm[1].copy(), None
+        learner = Learner(cfg.learner_settings(), low=self.bench.box.lo, high=self.bench.box.hi)
+        verifier = Verifier(
+            self.bench,
+            box,
+            solver=cfg.solver,
+            time_limit_s=cfg.limits.solver_s,
+            threads=1,
+            first_feasible=False,
+        )
+        falsifier = (
+            SamplingFalsifier(self.bench, box, rng, samples=cfg.data.falsifier_samples)
+            if cfg.data.falsifier_samples > 0
+            else None
+        )
+        settings = CegisSettings(
+            max_iterations=cfg.limits.max_iterations,
+            time_limit_s=min(cfg.limits.per_epsilon_s, time_limit_s or np.inf),
+            seed=int(seed_seq.generate_state(1)[0]),
+            retrain=cfg.learner.retrain,
+        )
+        log.info("cegis at ε = %s (warm start: %s)", epsilon, warm is not None)
+        return cegis(
+            learner,
+            verifier,
+            self.bench,
+            data,
+            settings,
+            init=init,
+            hints=hints,
+            falsifier=falsifier,
+            progress=self.progress,
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One ε tried by the search and what Alg. 1 said."""
+
+    epsilon: Epsilon
+    result: CegisResult
+
+    @property
+    def certified(self) -> bool:
+        return self.result.verdict == "SAFE"
+
+
+@dataclass
+class SearchResult:
+    """All attempts in order; ``best`` is the certified attempt with the largest ε (or None)."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    total_s: float = 0.0
+
+    @property
+    def best(self) -> Attempt | None:
+        ok = [a for a in self.attempts if a.certified]
+        return max(ok, key=lambda a: a.epsilon.value) if ok else None
+
+
+RunFn = Callable[[Epsilon, Warm, float], CegisResult]
+
+
+def search_epsilon(
+    run: RunFn,
+    ladder: Sequence[Epsilon | str | float],
+    *,
+    total_time_s: float,
+    bisection_steps: int = 0,
+) -> SearchResult:
+    """Largest certified ε on ``ladder`` (increasing, one unit), then ``bisection_steps`` halvings
+    of the gap to the first failure (or to 0 when the first rung fails). ``run(ε, warm, limit_s)``
+    runs Alg. 1; the search stops when ``total_time_s`` is spent."""
+    eps = [parse_epsilon(e) for e in ladder]
+    t0 = time.perf_counter()
+    out = SearchResult()
+    warm: Warm = None
+
+    def attempt(e: Epsilon) -> Attempt | None:
+        nonlocal warm
+        remaining = total_time_s - (time.perf_counter() - t0)
+        if remaining <= 0:
+            log.info("ε search: time budget spent before %s", e)
+            return None
+        res = run(e, warm, remaining)
+        a = Attempt(e, res)
+        out.attempts.append(a)
+        log.info("ε search: %s → %s (%s)", e, res.verdict, res.reason)
+        if a.certified:
+            warm = (res.invariant, res.data)
+        return a
+
+    failed: Epsilon | None = None
+    for e in eps:
+        a = attempt(e)
+        if a is None:
+            break
+        if not a.certified:
+            failed = e
+            break
+    if failed is not None:
+        lo = out.best.epsilon.value if out.best is not None else 0.0
+        hi = failed.value
+        for _ in range(int(bisection_steps)):
+            mid = Epsilon((lo + hi) / 2.0, failed.in_sigma)
+            a = attempt(mid)
+            if a is None:
+                break
+            lo, hi = (mid.value, hi) if a.certified else (lo, mid.value)
+    out.total_s = time.perf_counter() - t0
+    return out

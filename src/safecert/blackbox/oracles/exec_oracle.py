@@ -22,13 +22,16 @@ from safecert.errors import OracleError
 
 _STDERR_TAIL = 2000
 _CHUNK = 1 << 16
+STARTUP_GRACE_S = 30.0  # extra time for the first call after a (re)start: imports, model loading
 
 
 class ExecOracle:
     """A long-running vendor process, started lazily, without a shell, in the config's folder.
 
     Guarantees: a call never blocks longer than ``timeout_s`` (non-blocking pipes multiplexed with
-    ``select``; writes, reads and the vendor's stderr are all serviced within the deadline). A call
+    ``select``; writes, reads and the vendor's stderr are all serviced within the deadline), except
+    that the first call after a (re)start may also spend :data:`STARTUP_GRACE_S` on the program's
+    start-up (interpreter, imports, model loading). A call
     that times out kills the vendor's process group (a late reply would put requests and replies
     out of step); a vendor that exits or closes its pipes fails the call with its exit code and the
     tail of its stderr. Either way the next call starts a fresh process (``restarts`` counts them).
@@ -106,20 +109,22 @@ class ExecOracle:
     # -- one round trip -----------------------------------------------------------------------
     def _round_trip(self, payload: bytes) -> bytes:
         proc = self._proc
+        grace = 0.0
         if proc is None or proc.poll() is not None:
             # Never started, or exited after its last reply (nothing was lost): start afresh.
             self._kill()
             proc = self._start()
+            grace = STARTUP_GRACE_S
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         out = payload + b"\n"
-        deadline = time.monotonic() + self.spec.timeout_s
+        deadline = time.monotonic() + self.spec.timeout_s + grace
         readers = [proc.stdout, proc.stderr]
         while b"\n" not in self._buf:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._kill()
                 raise OracleFailure(
-                    f"no reply within {self.spec.timeout_s}s; vendor killed, restarted on the next call"
+                    f"no reply within {self.spec.timeout_s + grace:g}s; vendor killed, restarted on the next call"
                 )
             writers = [proc.stdin] if out else []
             ready_r, ready_w, _ = select.select(readers, writers, [], remaining)

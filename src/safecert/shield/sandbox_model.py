@@ -313,7 +313,7 @@ def table3_rows(
     *,
     episodes: int = 4000,
     epsilon: float = 0.05,
-    methods: tuple[str, ...] = ("robust_q", "additive"),
+    methods: tuple[str, ...] = ("robust_q", "additive", "greedy"),
     cfg: SandboxConfig | None = None,
 ) -> list[dict[str, Any]]:
     """One seed of Table III: fresh competent logs, every shield, and per shield the certified

@@ -12,6 +12,7 @@ import typer
 
 from safecert import __version__
 from safecert.cli import blackbox as blackbox_cli
+from safecert.cli import shield as shield_cli
 from safecert.cli import bnn as bnn_cli
 from safecert.cli import stats as stats_cli
 from safecert.cli import verify as verify_cli
@@ -46,6 +47,7 @@ app.command()(stats_cli.plan)
 app.command()(verify_cli.verify)
 app.command()(blackbox_cli.certify)
 app.command()(blackbox_cli.rejudge)
+app.add_typer(shield_cli.app, name="shield")
 app.add_typer(bnn_cli.app, name="bnn")
 
 

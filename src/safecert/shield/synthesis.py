@@ -9,9 +9,12 @@ the same logs. Three methods:
   lexicographic order, (reduction of V̄_T(s0) per cost, reduction of the mean of V̄_T over live states
   per cost), cost c = ρ(s,a) + ρ_min with ρ the occupancy of a goal-directed reference policy;
   candidates that keep the goal reachable from s0 first, the others only when no reachable-preserving
-  candidate reduces anything; all-halt when nothing reduces the risk. The secondary score is what
-  un-stalls the literal greedy (at V̄_T(s0) = 1 every single removal reduces it by 0). A removal that
-  never changes the argmax of any backup cannot change V̄ and is skipped without evaluation.
+  candidate reduces anything. The secondary score is what un-stalls the literal greedy (at
+  V̄_T(s0) = 1 every single removal reduces it by 0). When values are saturated so that *no* single
+  removal changes anything (small M: several moves into the hazard tie at Q = 1), the pair with the
+  largest Σ_k Q_k(s,a) per cost is removed instead (our stall breaker); all-halt only when no
+  non-halt pair is left. A removal that never is the strict argmax of any backup cannot change V̄
+  and is skipped without evaluation.
 * ``"additive"`` — start from all-halt and add non-halt pairs in order of decreasing ρ (ties: lower
   robust Q first), keeping each only if V̄_T(s0) stays ≤ ε. The result is inclusion-maximal: no single
   forbidden pair can be given back (V̄ is monotone in D). Batched exactly: a round evaluates each
@@ -194,23 +197,27 @@ def _greedy(model, rows, epsilon, cost):
         values, q = value_iteration(rows, allowed, model.horizon, keep_q=True)
         if values[s0] <= epsilon:
             return allowed, steps
-        pairs = _candidates(model, allowed)
-        pairs = pairs[_effective(q, allowed, pairs)] if len(pairs) else pairs
-        if not len(pairs):
+        every = _candidates(model, allowed)
+        if not len(every):
             return all_halt(model), steps
-        batch = np.broadcast_to(allowed, (len(pairs),) + allowed.shape).copy()
-        batch[np.arange(len(pairs)), pairs[:, 0], pairs[:, 1]] = False
-        cand, _ = value_iteration(rows, batch, model.horizon)
-        c = cost[pairs[:, 0], pairs[:, 1]]
-        d0 = (values[s0] - cand[:, s0]) / c
-        dmean = (
-            values[: model.n_states][live].mean() - cand[:, : model.n_states][:, live].mean(1)
-        ) / c
-        useful = (d0 > TOL) | (dmean > TOL)
-        if not useful.any():
-            return all_halt(model), steps
-        order = np.lexsort((-dmean, -d0))  # primary d0, secondary dmean, both descending
-        order = order[useful[order]]
+        pairs = every[_effective(q, allowed, every)]
+        order = np.array([], dtype=np.int64)
+        if len(pairs):
+            batch = np.broadcast_to(allowed, (len(pairs),) + allowed.shape).copy()
+            batch[np.arange(len(pairs)), pairs[:, 0], pairs[:, 1]] = False
+            cand, _ = value_iteration(rows, batch, model.horizon)
+            c = cost[pairs[:, 0], pairs[:, 1]]
+            d0 = (values[s0] - cand[:, s0]) / c
+            mean = values[: model.n_states][live].mean()
+            dmean = (mean - cand[:, : model.n_states][:, live].mean(1)) / c
+            order = np.lexsort((-dmean, -d0))  # primary d0, secondary dmean, both descending
+            order = order[((d0 > TOL) | (dmean > TOL))[order]]
+        if not len(order):
+            # stall breaker: saturated values (every single removal changes nothing, e.g. two
+            # moves into the hazard tie at Q = 1) -> the riskiest pair per cost, summed over k
+            pairs = every
+            risk = np.where(np.isfinite(q), q, 0.0)[:, pairs[:, 0], pairs[:, 1]].sum(0)
+            order = np.argsort(-risk / cost[pairs[:, 0], pairs[:, 1]], kind="stable")
         chosen = order[0]
         if model.goal is not None:
             for i in order:

@@ -1,0 +1,76 @@
+"""Helpers for the pipeline tests: tiny policies and configs written into a temporary folder."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+POLICIES = '''
+import numpy as np
+
+def cartpole(obs):
+    """Balances CartPole; elementwise, so each row is answered independently of the batch."""
+    obs = np.asarray(obs)
+    return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+
+def pendulum(obs):
+    obs = np.asarray(obs)
+    return np.clip(-2.0 * obs[:, 2:3] - 0.5 * obs[:, 1:2], -2.0, 2.0)
+
+def point_greedy(obs):
+    """Drives straight at the goal, ignoring hazards (reaches the goal, pays cost)."""
+    obs = np.asarray(obs)
+    return np.clip(3.0 * obs[:, 4:6] - 1.0 * obs[:, 2:4], -1.0, 1.0)
+
+def wrong_shape(obs):
+    return np.zeros((len(obs), 3))
+
+def flaky(obs):
+    obs = np.asarray(obs)
+    if np.any(np.abs(obs[:, 3]) > 0.2):
+        raise RuntimeError("vendor crashed")
+    return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+'''
+
+
+def write_run(folder: Path, body: str, name: str = "run.toml") -> Path:
+    """Write ``pol.py`` and a config ``name`` with ``body`` into ``folder``; returns the config."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pol.py").write_text(POLICIES)
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+CARTPOLE = """
+policy = "python:pol:cartpole"
+env = "CartPole-v1"
+episodes = {episodes}
+seed = {seed}
+max_steps = {max_steps}
+batch_size = {batch_size}
+[spec]
+budget = 0.0
+p_star = 0.3
+[kpis]
+return = {{ lower = 0.0, upper = {max_steps}.0 }}
+[envelope]
+obs_noise = {{ kind = "gaussian", levels = [0.0, 0.2] }}
+act_noise = {{ kind = "gaussian", levels = [0.0, 0.3] }}
+"""
+
+
+def cartpole_run(
+    folder: Path,
+    *,
+    episodes: int = 12,
+    seed: int = 1,
+    max_steps: int = 100,
+    batch_size: int = 1,
+    name: str = "run.toml",
+) -> Path:
+    return write_run(
+        folder,
+        CARTPOLE.format(episodes=episodes, seed=seed, max_steps=max_steps, batch_size=batch_size),
+        name,
+    )

@@ -1,0 +1,67 @@
+"""Invalid black-box configs through the real CLI: exit 2, one line naming the key."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+GOOD = """
+policy = "python:pol:act"
+env = "CartPole-v1"
+episodes = 3
+max_steps = 20
+[spec]
+budget = 1.0
+[envelope]
+obs_noise = { kind = "gaussian", levels = [0.0, 0.1] }
+"""
+
+CASES = {
+    "unknown key": (
+        GOOD.replace("episodes = 3", "episodes = 3\nepisdoes = 4"),
+        "episdoes",
+        "unknown key",
+    ),
+    "negative budget": (
+        GOOD.replace("budget = 1.0", "budget = -5.0"),
+        "spec.budget",
+        "greater than or equal to 0",
+    ),
+    "level outside [0, 1]": (
+        GOOD.replace("[0.0, 0.1]", "[0.0, 1.5]"),
+        "envelope.obs_noise.levels",
+        "less than or equal to 1",
+    ),
+    "missing policy file": (
+        GOOD.replace("python:pol:act", "onnx:missing/model.onnx"),
+        "policy",
+        "does not exist",
+    ),
+    "unknown env": (GOOD.replace("CartPole-v1", "NoSuchEnv-v9"), "env", "unknown environment"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_invalid_config_is_exit_2_with_one_line_naming_the_key(cli, tmp_path, case):
+    text, key, words = CASES[case]
+    (tmp_path / "pol.py").write_text(
+        "import numpy as np\ndef act(obs):\n    return np.zeros(len(obs), int)\n"
+    )
+    config = tmp_path / "bad.toml"
+    config.write_text(textwrap.dedent(text))
+    res = cli("certify", str(config), "--out", str(tmp_path / "out"))
+    assert res.code == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr
+    assert key in lines[0] and words in lines[0], lines[0]
+    assert not (tmp_path / "out" / "certificate.json").exists()
+
+
+def test_missing_config_and_bad_rejudge_options(cli, tmp_path):
+    res = cli("certify", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o"))
+    assert res.code == 2 and "does not exist" in res.stderr
+    res = cli("rejudge", str(tmp_path), "--budget", "-1", "--p-star", "0.05")
+    assert res.code == 2 and "--budget" in res.stderr
+    res = cli("rejudge", str(tmp_path), "--budget", "1", "--p-star", "0.05")
+    assert res.code == 2 and "certificate" in res.stderr

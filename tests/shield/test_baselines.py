@@ -101,3 +101,16 @@ def test_ours_forbids_far_fewer_pairs_than_count_threshold_and_is_safe(logs):
         assert sm.forbidden_pct(ours.allowed) * 2.5 < sm.forbidden_pct(count.allowed)
         assert sm.exact_risk(model, ours.allowed) <= ours.bound + 1e-12
         assert sm.competent_behaviour(ours.allowed).success > 0.95
+
+
+def test_table3_rows_for_one_seed():
+    rows = {r["name"]: r for r in sm.table3_rows(0)}
+    assert set(rows) >= {"ours (robust_q)", "ours (additive)", "plug-in", "policy-specific",
+                         "count<10", "dirichlet (additive)"}  # fmt: skip
+    for r in rows.values():
+        assert set(r) == {"name", "bound", "adversary_unsafe", "success", "forbidden_pct",
+                          "intervention_rate", "mean_length"}  # fmt: skip
+        if r["bound"] is not None and r["name"].startswith(("ours", "dirichlet")):
+            assert r["adversary_unsafe"] <= r["bound"] + 1e-12 <= 0.05 + 1e-12
+    assert rows["plug-in"]["adversary_unsafe"] > 0.99 and rows["count<10"]["bound"] is None
+    assert rows["ours (additive)"]["forbidden_pct"] <= rows["dirichlet (additive)"]["forbidden_pct"]

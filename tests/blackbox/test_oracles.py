@@ -8,11 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from safecert.blackbox.oracles import (
     OracleFailure,
     check_actions,
     decode_reply,
+    encode_request,
     make_oracle,
     parse_oracle_spec,
 )
@@ -125,3 +129,70 @@ def test_header_env_expansion_missing_variable(monkeypatch):
         headers={"Authorization": "Bearer ${SAFECERT_TEST_TOKEN}"},
     )
     assert spec.headers == (("Authorization", "Bearer ${SAFECERT_TEST_TOKEN}"),)
+
+
+def _act_in_worker(spec, obs):
+    oracle = make_oracle(spec)
+    try:
+        return oracle.act(obs)
+    finally:
+        oracle.close()
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "python:vendors.point_policies:hazard_avoider",
+        "exec:python3 vendors/exec_vendor.py --policy point:hazard_avoider",
+    ],
+)
+def test_oracle_is_built_inside_a_spawned_worker_from_the_spec(policy):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from vendors.point_policies import hazard_avoider
+
+    spec = parse_oracle_spec(policy, base_dir=EXAMPLES)
+    obs = np.random.default_rng(3).normal(size=(4, 14))
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        got = pool.submit(_act_in_worker, spec, obs).result(timeout=120)
+    np.testing.assert_allclose(got, hazard_avoider(obs), atol=1e-12)
+
+
+def test_every_oracle_kind_satisfies_the_protocol(tmp_path):
+    from safecert.blackbox.oracles import Oracle
+
+    (tmp_path / "m.onnx").write_bytes(b"")
+    for policy in (
+        "python:vendors.point_policies:goal_seeker",
+        "exec:python3 vendors/exec_vendor.py",
+        "http://127.0.0.1:9/act",
+        f"onnx:{tmp_path / 'm.onnx'}",
+    ):
+        assert isinstance(make_oracle(parse_oracle_spec(policy, base_dir=EXAMPLES)), Oracle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_decode_reply_fuzz_only_raises_oracle_failure(payload):
+    try:
+        out = decode_reply(payload, 2)
+    except OracleFailure:
+        return
+    assert out.shape[0] == 2 and (out.dtype == np.int64 or np.all(np.isfinite(out)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 5), st.integers(1, 4)),  # zero rows carry no width in JSON
+        elements=st.floats(-1e6, 1e6, allow_nan=False),
+    )
+)
+def test_encode_decode_round_trip(actions):
+    import json
+
+    payload = json.dumps({"actions": actions.tolist()})
+    np.testing.assert_array_equal(decode_reply(payload, len(actions)), actions)
+    assert json.loads(encode_request(actions))["observations"] == actions.tolist()

@@ -33,7 +33,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -124,24 +124,27 @@ def parse_oracle_spec(
     header_items = tuple((str(k), str(v)) for k, v in (headers or {}).items())
     for name, value in header_items:
         expand_env(value, field=f"headers.{name}")
-    common = dict(
-        policy=policy, base_dir=str(base), timeout_s=float(timeout_s), retries=int(retries)
-    )
     scheme, _, rest = policy.partition(":")
+    template = OracleSpec(
+        kind="python",
+        policy=policy,
+        target="",
+        base_dir=str(base),
+        timeout_s=float(timeout_s),
+        retries=int(retries),
+    )
     if scheme == "python":
         module, attr, artifact = _check_python_target(rest, base)
-        return OracleSpec(
-            kind="python", target=f"{module}:{attr}", batched=batched, artifacts=artifact, **common
-        )
+        return replace(template, target=f"{module}:{attr}", batched=batched, artifacts=artifact)
     if scheme == "exec":
         argv, artifacts = _resolve_command(rest, base)
-        return OracleSpec(kind="exec", target=rest, argv=argv, artifacts=artifacts, **common)
+        return replace(template, kind="exec", target=rest, argv=argv, artifacts=artifacts)
     if scheme in ("http", "https"):
         _check_url(policy)
-        return OracleSpec(kind="http", target=policy, headers=header_items, **common)
+        return replace(template, kind="http", target=policy, headers=header_items)
     if scheme == "onnx":
         path = _existing_file(rest, base, what="ONNX model")
-        return OracleSpec(kind="onnx", target=str(path), artifacts=(str(path),), **common)
+        return replace(template, kind="onnx", target=str(path), artifacts=(str(path),))
     raise ConfigError(
         f"unknown policy scheme {scheme!r} in {policy!r}",
         field="policy",

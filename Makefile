@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/safecert plan --p-star 0.05 --confidence 0.9 --failures 0,1,2,3,5,10,20,50,100
-	$(VENV)/bin/safecert bound --failures 81 --episodes 10000 --confidence 0.9 --family-size 9
+	rm -rf $(OUT)
+	$(VENV)/bin/safecert certify examples/demo.toml --out $(OUT) || test $$? -eq 1
+	@echo "report: $(OUT)/report.html (verify: $(VENV)/bin/safecert verify $(OUT)/certificate.json)"
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n 2 --timeout 600

@@ -55,3 +55,36 @@ def test_jsonl_round_trip_gives_the_same_estimates(tmp_path):
     again = estimate(model, iter_steps(path, model))
     assert (again.counts == est.counts).all() and (again.visits == est.visits).all()
     assert again.steps == 300 * 16
+
+
+def test_quick_experiment1_adversary_matches_exact_worst_case():
+    """Small Experiment 1: the worst admissible controller's simulated unsafe rate equals the
+    exact worst case (within 4 standard errors); the others stay below; all below the bound."""
+    from safecert.shield.gridworld import adversary, competent, random_controller, rollout
+    from safecert.shield.synthesis import synthesize
+
+    model = grid_model(12_000)
+    probs = true_kernel(model)
+    est, _ = simulate_logs(model, probs, 12_000, np.random.default_rng(21))
+    res = synthesize(model, est, 0.10, method="additive")
+    exact, _ = value_iteration(exact_rows(model, probs), res.allowed, model.horizon)
+    v = exact[model.initial]
+    rng = np.random.default_rng(22)
+    n = 20_000
+    adv = rollout(model, probs, adversary(model, probs, res.allowed), n, rng).mean()
+    assert abs(adv - v) <= 4 * np.sqrt(v * (1 - v) / n) and v <= res.bound <= 0.10
+    for ctrl in (competent(model, probs, res.allowed), random_controller(model, res.allowed, rng)):
+        assert rollout(model, probs, ctrl, n, rng).mean() <= v + 4 * np.sqrt(v / n)
+
+
+def test_quick_experiment2_true_risk_below_certificate_and_budget():
+    from safecert.shield.synthesis import synthesize
+
+    model = grid_model(3_000)
+    probs = true_kernel(model)
+    exact = exact_rows(model, probs)
+    for seed in range(4):
+        est, _ = simulate_logs(model, probs, 3_000, np.random.default_rng(100 + seed))
+        res = synthesize(model, est, 0.10, method="additive")
+        v, _ = value_iteration(exact, res.allowed, model.horizon)
+        assert v[model.initial] <= res.bound <= 0.10

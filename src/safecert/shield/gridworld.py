@@ -204,3 +204,70 @@ def write_model_toml(spec: GridSpec, episodes: int, path: Path) -> Path:
         lines += [f"{json.dumps(s)} = {_toml_value(v)}" for s, v in table.items()]
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return Path(path)
+
+
+def rollout(
+    model: ShieldModel,
+    probs: np.ndarray,
+    policy,
+    episodes: int,
+    rng: np.random.Generator,
+    *,
+    start: int | None = None,
+) -> np.ndarray:
+    """Run ``episodes`` closed-loop episodes of T executed calls under the true kernel.
+
+    ``policy(t, states) -> actions`` sees the step index and the current states (vectorised);
+    halt leads to the absorbing sink, S_u is absorbing. Returns a bool array: entered S_u by T.
+    """
+    n = model.n_states
+    state = np.full(episodes, model.initial if start is None else start)
+    cum = np.cumsum(probs, axis=-1)
+    for t in range(model.horizon):
+        active = (state < n) & ~np.r_[model.unsafe, False][state]
+        if not active.any():
+            break
+        idx = np.flatnonzero(active)
+        s = state[idx]
+        a = np.asarray(policy(t, s))
+        j = (rng.random(len(idx))[:, None] > cum[s, a]).sum(axis=1)
+        j = np.minimum(j, model.k[s, a] - 1)
+        state[idx] = model.succ[s, a, j]
+    return np.r_[model.unsafe, False][state]
+
+
+def adversary(model: ShieldModel, probs: np.ndarray, allowed: np.ndarray):
+    """The worst admissible controller under the true kernel (argmax of the exact Q_{T−t})."""
+    from safecert.shield.reach import exact_rows, value_iteration
+
+    _, q = value_iteration(exact_rows(model, probs), allowed, model.horizon, keep_q=True)
+    return lambda t, s: q[model.horizon - 1 - t][s].argmax(axis=1)
+
+
+def competent(model: ShieldModel, probs: np.ndarray, allowed: np.ndarray):
+    """Goal-directed controller (true kernel); a forbidden proposal is replaced by halt, and it
+    halts on reaching the goal (task done)."""
+    from safecert.shield.reach import exact_rows
+    from safecert.shield.synthesis import goal_policy
+
+    plan = goal_policy(model, exact_rows(model, probs))
+
+    def act(t: int, s: np.ndarray) -> np.ndarray:
+        a = plan[t][s]
+        stop = ~allowed[s, a] | model.goal[s]
+        return np.where(stop, model.halt, a)
+
+    return act
+
+
+def random_controller(model: ShieldModel, allowed: np.ndarray, rng: np.random.Generator):
+    """Uniform over the permitted non-halt actions (halt only where nothing else is permitted)."""
+    moves = allowed.copy()
+    moves[:, model.halt] = False
+    moves[~moves.any(axis=1), model.halt] = True
+
+    def act(t: int, s: np.ndarray) -> np.ndarray:
+        w = moves[s] * rng.random(moves[s].shape)
+        return w.argmax(axis=1)
+
+    return act

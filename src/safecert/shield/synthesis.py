@@ -96,6 +96,24 @@ def goal_reachable(model: ShieldModel, rows: Rows, allowed: np.ndarray) -> bool 
     return False
 
 
+def goal_policy(model: ShieldModel, rows: Rows) -> list[np.ndarray]:
+    """Per step t = 0..T−1, the action maximising the (plug-in) probability of reaching the goal
+    within the remaining steps while avoiding S_u; vacuous rows count as never reaching it."""
+    n = model.n_states
+    p = np.where(np.isinf(rows.radius)[..., None], 0.0, rows.p)
+    p[:, model.halt] = 0.0
+    goal = np.r_[model.goal & model.live, False]
+    values = goal.astype(np.float64)
+    policies = []
+    for _ in range(model.horizon):
+        q = np.einsum("sak,sak->sa", p, values[rows.succ])
+        policies.append(q.argmax(axis=1))
+        new = q.max(axis=1)
+        new[model.unsafe] = 0.0
+        values[:n] = np.where(goal[:n], 1.0, new)
+    return policies[::-1]
+
+
 def reference_occupancy(model: ShieldModel, rows: Rows, est: RowEstimates) -> np.ndarray:
     """ρ(s,a): occupancy over T steps from s0 of a goal-directed reference policy, normalised.
 
@@ -108,22 +126,12 @@ def reference_occupancy(model: ShieldModel, rows: Rows, est: RowEstimates) -> np
         visits = np.where(model.live[:, None], est.visits, 0).astype(np.float64)
         visits[:, model.halt] = 0
         return visits / max(visits.sum(), 1.0)
+    policies = goal_policy(model, rows)
     p = np.where(np.isinf(rows.radius)[..., None], 0.0, rows.p)
-    p[:, model.halt] = 0.0
-    goal = np.r_[model.goal & model.live, False]
-    values = goal.astype(np.float64)
-    policies = []
-    for _ in range(model.horizon):
-        q = np.einsum("sak,sak->sa", p, values[rows.succ])
-        best = q.argmax(axis=1)
-        policies.append(best)
-        new = q.max(axis=1)
-        new[model.unsafe] = 0.0
-        values[:n] = np.where(goal[:n], 1.0, new)
     occ = np.zeros((n, m))
     dist = np.zeros(n + 1)
     dist[model.initial] = 1.0
-    for best in reversed(policies):
+    for best in policies:
         live = model.live & ~model.goal & (dist[:n] > 0)
         occ[live, best[live]] += dist[:n][live]
         new = np.zeros(n + 1)

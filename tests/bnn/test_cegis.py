@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safecert.bnn.cegis import (
+    CegisSettings,
+    SampledViolation,
+    SamplingFalsifier,
+    absorb,
+    cegis,
+    initial_data,
+)
+from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.dynamics import get_benchmark
+from safecert.bnn.learner import Learner, LearnerSettings, TrainingData
+from safecert.bnn.networks import ReluNetwork
+from safecert.bnn.sampling import SafeBNNPolicy, closed_loop
+from safecert.bnn.search import BnnProblem
+from safecert.bnn.verifier import Proof, Verifier
+
+EPS = "0.1sigma"
+
+
+def _const(value: float, dim: int = 2) -> ReluNetwork:
+    return ReluNetwork([(np.zeros((dim, 1)), np.array([value]))])
+
+
+@pytest.fixture(scope="module")
+def certified():
+    """Alg. 1 on the LDS at a small ε: one real run, shared by the tests below."""
+    cfg = benchmark_config(
+        "lds",
+        epsilon=EPS,
+        data={"bootstrap": False, "initial_samples": 300, "unsafe_samples": 300},
+        limits={"per_epsilon_s": 120, "solver_s": 60},
+    )
+    mean, _ = load_policy_network(cfg, None)
+    problem = BnnProblem(get_benchmark("lds"), mean, bayesian_spec(cfg, mean), cfg)
+    from safecert.bnn.networks import parse_epsilon
+
+    eps = parse_epsilon(EPS)
+    return problem, eps, problem.run(eps)
+
+
+def test_cegis_certifies_the_lds_and_the_proof_is_reproducible(certified):
+    problem, eps, res = certified
+    assert res.verdict == "SAFE", res.reason
+    assert isinstance(res.proof, Proof)
+    assert {c.condition for c in res.proof.checks} == {"closure", "initial", "unsafe"}
+    assert all(c.status == "infeasible" for c in res.proof.checks)
+    # an independent verifier run on the exported network agrees
+    again = Verifier(problem.bench, problem.box(eps), time_limit_s=None, first_feasible=False)
+    assert isinstance(again.check(res.network), Proof)
+    assert res.runtimes_s["total_s"] >= res.runtimes_s["verifier_s"] > 0
+
+
+def test_certified_invariant_survives_1e5_random_closure_samples(certified):
+    problem, eps, res = certified
+    bench, box, g = problem.bench, problem.box(eps), res.network
+    rng = np.random.default_rng(123)
+    # independent route: WeightBox.sample_uniform per weight draw is slow, so draw kernels with
+    # plain numpy uniform(lower, upper) per sample, and states by rejection from the box
+    x = bench.box.sample(rng, 400_000)
+    x = x[g.forward(x)[:, 0] >= 0][:100_000]
+    assert len(x) == 100_000
+    (w0, b0), (w1l, b1), (w1u, _) = box.lower[0], box.lower[1], box.upper[1]
+    w1 = rng.uniform(w1l[None], w1u[None], size=(len(x), *w1l.shape))
+    u = np.einsum("ni,nio->no", np.maximum(x @ w0 + b0, 0.0), w1) + b1
+    x1 = bench.step(x, u)
+    assert np.all(bench.in_box(x1))
+    assert np.all(g.forward(x1)[:, 0] >= 0)
+    assert not np.any(bench.in_unsafe(x[g.forward(x)[:, 0] >= 0]))
+
+
+def test_rejection_sampled_closed_loop_has_no_unsafe_state_in_1e5_steps(certified):
+    problem, eps, res = certified
+    bench = problem.bench
+    policy = SafeBNNPolicy(problem.box(eps), problem.spec, np.random.default_rng(7))
+    out = closed_loop(bench, policy, bench.sample_initial(np.random.default_rng(8), 1000), 100)
+    assert out.transitions == 100_000
+    assert out.unsafe_states == 0
+    assert np.all(res.network.forward(out.states.reshape(-1, 2))[:, 0] >= 0)  # stays in Inv
+    # at 0.1σ a raw posterior draw lands in the box with probability ~3e-18: joint rejection
+    # would never return, the exact per-weight truncation does
+    assert policy.expected_acceptance < 1e-15 and policy.acceptance_rate == 0.0
+
+
+def test_no_retraining_ablation_stops_with_unknown_never_unsafe():
+    bench = get_benchmark("lds")
+    cfg = benchmark_config("lds")
+    mean, _ = load_policy_network(cfg, None)
+    box = bayesian_spec(cfg, mean).box(mean, "0.5sigma")
+    rng = np.random.default_rng(0)
+    data, _ = initial_data(bench, rng, initial_samples=50, unsafe_samples=50)
+    learner = Learner(LearnerSettings(epochs=2), low=bench.box.lo, high=bench.box.hi)
+    res = cegis(
+        learner,
+        Verifier(bench, box, time_limit_s=30, first_feasible=False),
+        bench,
+        data,
+        CegisSettings(max_iterations=5, retrain=False),
+    )
+    assert res.verdict == "UNKNOWN"
+    assert res.verifier_calls == 1 and res.iterations == 1
+
+
+def test_time_limit_gives_unknown():
+    bench = get_benchmark("lds")
+    cfg = benchmark_config("lds")
+    mean, _ = load_policy_network(cfg, None)
+    box = bayesian_spec(cfg, mean).box(mean, "1sigma")
+    data, _ = initial_data(bench, np.random.default_rng(0), initial_samples=50, unsafe_samples=50)
+    learner = Learner(LearnerSettings(epochs=2, warm_epochs=1), low=bench.box.lo, high=bench.box.hi)
+    res = cegis(
+        learner,
+        Verifier(bench, box, time_limit_s=30),
+        bench,
+        data,
+        CegisSettings(max_iterations=50, time_limit_s=0.0),
+    )
+    assert res.verdict == "UNKNOWN" and "time limit" in res.reason
+
+
+def test_falsifier_finds_planted_violations():
+    bench = get_benchmark("lds")
+    cfg = benchmark_config("lds")
+    mean, _ = load_policy_network(cfg, None)
+    box = bayesian_spec(cfg, mean).box(mean, "1sigma")
+    fal = SamplingFalsifier(bench, box, np.random.default_rng(0), samples=2000)
+    everywhere = fal.find(_const(1.0))  # Inv = B: meets X_u, and some states step out of B
+    kinds = {v.condition for v in everywhere}
+    assert kinds == {"closure", "unsafe"}
+    for v in everywhere:
+        if v.condition == "closure":
+            assert not bench.in_box(v.x_next[None])[0]
+        else:
+            assert bench.in_unsafe(v.x[None])[0]
+    nowhere = fal.find(_const(-1.0))  # Inv = ∅ misses X0
+    assert {v.condition for v in nowhere} == {"initial"}
+
+
+def test_absorb_routes_each_counterexample():
+    bench = get_benchmark("lds")
+    data = TrainingData(np.zeros((1, 2)), np.ones(1))
+    assert (
+        absorb(data, bench, SampledViolation("closure", np.zeros(2), np.array([0.5, 0.5])))
+        == "D_ce"
+    )
+    assert (
+        absorb(data, bench, SampledViolation("closure", np.zeros(2), np.array([1.3, 0.0])))
+        == "D_spec(0)"
+    )
+    assert absorb(data, bench, SampledViolation("initial", np.full(2, 0.1))) == "D_spec(1)"
+    assert absorb(data, bench, SampledViolation("unsafe", np.full(2, 1.2))) == "D_spec(0)"
+    assert len(data.ce_x) == 1
+    np.testing.assert_array_equal(data.spec_y, [1, 0, 1, 0])

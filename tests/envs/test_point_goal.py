@@ -93,3 +93,13 @@ def test_bad_env_is_config_error():
         make_env("NoSuchEnv-v9", {}, Path("."))
     with pytest.raises(ConfigError, match="mass"):
         make_env("SafePointGoal-v0", {"mass": -1}, Path("."))
+
+
+def test_passes_gymnasium_env_checker_without_warnings():
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(SafePointGoalEnv(layout_seed=None), skip_render_check=True)

@@ -28,10 +28,11 @@ class HttpOracle:
 
     ``${VAR}`` in header values is expanded from the environment of the process that builds the
     oracle. Each attempt has the timeout ``timeout_s`` (connect, read, write, pool — each); an
-    attempt that times out, cannot connect, or gets a 5xx status is retried up to ``retries`` times
+    attempt that times out, cannot connect, or gets a 5xx or 429 status is retried up to ``retries`` times
     with exponential backoff (:func:`backoff_s`), so a call takes at most about
     ``(retries + 1) * timeout_s`` plus the backoff. A 4xx status is not retried (the request itself
-    is wrong). A reply that is not the documented JSON fails the call without retry.
+    is wrong). A reply that is not the documented JSON fails the call without retry. Redirects are
+    not followed (a redirect status is a failure).
     """
 
     def __init__(self, spec: OracleSpec) -> None:
@@ -77,12 +78,14 @@ class HttpOracle:
             except httpx.TransportError as exc:
                 last = f"connection error ({type(exc).__name__}: {exc})"
                 continue
-            if response.status_code >= 500:
+            if response.status_code >= 500 or response.status_code == 429:
                 last = f"HTTP {response.status_code} {response.reason_phrase}"
                 continue
-            if response.status_code >= 400:
+            if not 200 <= response.status_code < 300:
+                hint = " (redirects are not followed; use the final URL)" * response.is_redirect
                 raise OracleFailure(
-                    f"HTTP {response.status_code} {response.reason_phrase}: {response.text[:120]}"
+                    f"HTTP {response.status_code} {response.reason_phrase}{hint}: "
+                    f"{response.text[:120]}"
                 )
             return response.content
         tries = self.spec.retries + 1

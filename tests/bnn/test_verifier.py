@@ -85,16 +85,30 @@ def test_timeout_is_unknown_never_unsafe() -> None:
 
 
 def test_witness_that_does_not_replay_is_reported_not_used() -> None:
-    milp = Milp()
-    x = milp.add_vars(np.zeros(1), np.ones(1))
-    milp.set_objective(x, [1.0])
+    margins = []
 
-    def never(sol):
-        return ReplayReport(False, "float64 disagrees", np.asarray(sol))
+    def build(m):
+        margins.append(m)
+        milp = Milp()
+        x = milp.add_vars(np.zeros(1), np.ones(1))
+        milp.set_objective(x, [1.0])
+        return milp, lambda sol: ReplayReport(False, "float64 disagrees", np.asarray(sol))
 
-    verdict = decide("closure", milp, never, lambda m, first: solve(m, stop_at_first=first), True)
+    verdict = decide(
+        "closure", build, lambda m, first: solve(m, stop_at_first=first), True, 1e-6, 1e-5
+    )
     assert isinstance(verdict, Unknown) and verdict.spurious and "did not replay" in verdict.reason
     assert all(c.status == "spurious" for c in verdict.checks)
+    assert margins[:2] == [1e-6, -1e-5]  # relaxed, then strict
+
+
+def test_boundary_witnesses_are_replaced_by_robust_ones() -> None:
+    """A relaxed witness at g(x) = −margin does not replay; the strict re-ask finds one that does."""
+    policy = ReluNetwork([(np.array([[3.0], [3.0]]), np.array([0.0]))])
+    v = Verifier(toy(gain=0.4), WeightBox.point(policy), margin=1e-3)
+    verdict = v.check_closure(l1_ball_invariant())
+    assert isinstance(verdict, Counterexample) and verdict.replay.ok
+    assert verdict.replay.g_x >= 0.0
 
 
 @pytest.mark.parametrize(("name", "seed"), [("lds", 3), ("pend", 3), ("car", 3), ("car", 4)])

@@ -13,9 +13,10 @@ decides, in this order, with one MILP per question:
 All three infeasible ⇒ :class:`Proof`: every trajectory from ``X0`` whose weights stay in ``W_ε``
 stays in ``Inv`` and never meets ``X_u``. A feasible query yields a witness that is replayed in
 float64 (:mod:`safecert.bnn.replay`); only a replayed witness becomes a :class:`Counterexample`. A
-witness that does not replay is re-solved to optimality once; if it still does not replay it is
-kept in ``Unknown.spurious`` (reported, never used silently). A time limit gives :class:`Unknown`,
-never "unsafe".
+witness that does not replay lies within the solver tolerance of the boundary (typically
+``g(x) = −margin``); the question is then asked strictly (``g(x) ≥ robust_margin``, …) to find a
+violation that survives float64; if none replays, the witnesses are kept in ``Unknown.spurious``
+(reported, never used silently). A time limit gives :class:`Unknown`, never "unsafe".
 
 Soundness margin: each query is relaxed by ``margin`` (``g(x) ≥ −margin``, ``g(x') ≤ margin``, …), so
 an infeasibility verdict also covers the solver's feasibility tolerance (≈1e-6). The proof is that
@@ -24,7 +25,7 @@ of a floating-point MILP solver, not exact arithmetic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -102,6 +103,8 @@ class Unknown:
 
 
 Verdict = Proof | Counterexample | Unknown
+Replay = Callable[[np.ndarray], ReplayReport]
+Builder = Callable[[float], tuple[Milp, Replay]]
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class Verifier:
         time_limit_s: float | None = 60.0,
         tighten: bool = False,
         margin: float = 1e-6,
+        robust_margin: float = 1e-5,
         first_feasible: bool = True,
         threads: int = 1,
     ) -> None:
@@ -153,6 +157,7 @@ class Verifier:
         self.bench, self.policy = bench, policy
         self.solver, self.time_limit_s, self.tighten = solver, time_limit_s, tighten
         self.margin, self.first_feasible, self.threads = margin, first_feasible, threads
+        self.robust_margin = robust_margin
 
     # ---- public ---------------------------------------------------------------------------
     def check(self, g: ReluNetwork) -> Verdict:
@@ -171,9 +176,10 @@ class Verifier:
                 spurious.extend(verdict.spurious)
         return _summarise(checks, spurious)
 
-    def closure_query(self, g: ReluNetwork) -> _Query:
-        """The closure MILP (exposed for benchmarks)."""
-        b, m = self.bench, self.margin
+    def closure_query(self, g: ReluNetwork, m: float | None = None) -> _Query:
+        """The closure MILP relaxed by ``m`` (default ``margin``; negative = strict by ``−m``)."""
+        b = self.bench
+        m = self.margin if m is None else m
         milp = Milp()
         x = state_vars(milp, b.step_box.lo, b.step_box.hi, b.integer)
         g_x = encode_network(milp, g, x).out
@@ -212,37 +218,46 @@ class Verifier:
         return _Query(milp, x, pol, x1)
 
     def check_closure(self, g: ReluNetwork) -> Verdict:
-        q = self.closure_query(g)
+        def build(m: float) -> tuple[Milp, Replay]:
+            q = self.closure_query(g, m)
 
-        def replay(sol: np.ndarray) -> ReplayReport:
-            targets = [p.value(sol) for p in q.policy.pre]  # type: ignore[union-attr]
-            return replay_closure(self.bench, self.policy, g, q.x.value(sol), targets)
+            def replay(sol: np.ndarray) -> ReplayReport:
+                targets = [p.value(sol) for p in q.policy.pre]  # type: ignore[union-attr]
+                return replay_closure(self.bench, self.policy, g, q.x.value(sol), targets)
 
-        return self._decide("closure", q.milp, replay)
+            return q.milp, replay
+
+        return self._decide("closure", build)
 
     def check_initial(self, g: ReluNetwork) -> Verdict:
         b = self.bench
-        milp = Milp()
-        x = state_vars(milp, b.initial.lo, b.initial.hi, b.integer)
-        out = encode_network(milp, g, x).out
-        milp.add_row(out.idx, [1.0], hi=self.margin)
-        milp.set_objective(out.idx, [1.0], maximize=False)
-        return self._decide("initial", milp, lambda sol: replay_initial(b, g, x.value(sol)))
+
+        def build(m: float) -> tuple[Milp, Replay]:
+            milp = Milp()
+            x = state_vars(milp, b.initial.lo, b.initial.hi, b.integer)
+            out = encode_network(milp, g, x).out
+            milp.add_row(out.idx, [1.0], hi=m)
+            milp.set_objective(out.idx, [1.0], maximize=False)
+            return milp, lambda sol: replay_initial(b, g, x.value(sol))
+
+        return self._decide("initial", build)
 
     def check_unsafe(self, g: ReluNetwork) -> Verdict:
         b = self.bench
         checks: list[CheckResult] = []
         spurious: list[ReplayReport] = []
         for k, poly in enumerate(b.unsafe):
-            milp = Milp()
-            x = state_vars(milp, b.box.lo, b.box.hi, b.integer)
-            _add_polytope(milp, x, poly, self.margin)
-            out = encode_network(milp, g, x).out
-            milp.add_row(out.idx, [1.0], lo=-self.margin)
-            milp.set_objective(out.idx, [1.0], maximize=True)
-            verdict = self._decide(
-                "unsafe", milp, lambda sol, x=x, k=k: replay_unsafe(b, g, x.value(sol), k)
-            )
+
+            def build(m: float, k: int = k, poly: Polytope = poly) -> tuple[Milp, Replay]:
+                milp = Milp()
+                x = state_vars(milp, b.box.lo, b.box.hi, b.integer)
+                _add_polytope(milp, x, poly, max(m, 0.0))  # replay snaps onto the polytope
+                out = encode_network(milp, g, x).out
+                milp.add_row(out.idx, [1.0], lo=-m)
+                milp.set_objective(out.idx, [1.0], maximize=True)
+                return milp, lambda sol: replay_unsafe(b, g, x.value(sol), k)
+
+            verdict = self._decide("unsafe", build)
             checks.extend(verdict.checks)
             if isinstance(verdict, Counterexample):
                 return Counterexample("unsafe", verdict.x, verdict.replay, tuple(checks))
@@ -260,45 +275,63 @@ class Verifier:
             threads=self.threads,
         )
 
-    def _decide(self, condition: Condition, milp: Milp, replay) -> Verdict:
-        return decide(condition, milp, replay, self._solve, self.first_feasible)
+    def _decide(self, condition: Condition, build: Builder) -> Verdict:
+        return decide(
+            condition, build, self._solve, self.first_feasible, self.margin, self.robust_margin
+        )
 
 
-def decide(condition: Condition, milp: Milp, replay, solve_fn, first_feasible: bool) -> Verdict:
-    """Solve one question, replay its witness, re-solve to optimality once if it does not replay."""
-    n_bin = milp.n_integer
+def decide(
+    condition: Condition,
+    build: Builder,
+    solve_fn: Callable[[Milp, bool], SolveResult],
+    first_feasible: bool,
+    margin: float,
+    robust_margin: float,
+) -> Verdict:
+    """Decide one question. ``build(m)`` returns the MILP relaxed by ``m`` and its replay.
+
+    1. Solve the relaxation (``m = margin``): infeasible ⇒ no violation (sound up to tolerances).
+    2. A witness that replays in float64 is a counterexample.
+    3. Otherwise the witness sits within the solver's tolerance of the boundary: ask the strict
+       question (``m = −robust_margin``), first feasible then optimal, and replay its witness.
+       If none replays, the answer is ``Unknown`` with the witnesses in ``spurious``.
+    """
     checks: list[CheckResult] = []
     spurious: list[ReplayReport] = []
-    for first in (True, False) if first_feasible else (False,):
+    attempts = [(margin, first_feasible), (-robust_margin, first_feasible)]
+    if first_feasible:
+        attempts.append((-robust_margin, False))
+    for step, (m, first) in enumerate(attempts):
+        milp, replay = build(m)
         res = solve_fn(milp, first)
-        status: CheckStatus
-        if res.status == "infeasible":
-            status, detail = "infeasible", ""
-        elif res.status == "timeout":
-            status, detail = "timeout", res.message
-        elif res.status == "error":
-            status, detail = "error", res.message
-        else:
+        rep: ReplayReport | None = None
+        if res.status == "feasible":
             rep = replay(res.values)
-            status = "counterexample" if rep.ok else "spurious"
+            status: CheckStatus = "counterexample" if rep.ok else "spurious"
             detail = rep.detail
+        else:
+            status, detail = res.status, res.message  # infeasible / timeout / error
+        if step > 0 and status == "infeasible":
+            detail = "only violations within the solver margin"
         checks.append(
-            CheckResult(condition, status, res.solver, res.runtime_s, milp.n_vars, n_bin, detail)
+            CheckResult(
+                condition, status, res.solver, res.runtime_s, milp.n_vars, milp.n_integer, detail
+            )
         )
-        if status == "counterexample":
+        if rep is not None and rep.ok:
             return Counterexample(condition, rep.x, rep, tuple(checks), rep.x_next)
-        if status == "spurious":
-            spurious.append(rep)
-            if res.optimal:
-                break
-            continue
-        break
+        if rep is None:
+            break  # infeasible, timeout or error: nothing more to learn
+        spurious.append(rep)
+        if res.optimal and step > 0:
+            break
     return _summarise(checks, spurious)
 
 
 def _summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:
     bad = [c for c in checks if c.status in ("timeout", "error")]
-    if not bad and not spurious:
+    if not bad and not spurious and all(c.status == "infeasible" for c in checks):
         return Proof(tuple(checks))
     reasons = sorted(
         {f"{c.condition}: {c.status}" for c in bad}
@@ -355,25 +388,33 @@ def check_problem1(
     checks: list[CheckResult] = []
     spurious: list[ReplayReport] = []
     for poly in unsafe_outputs:
-        milp = Milp()
-        x = state_vars(milp, in_box.lo, in_box.hi)
-        enc = encode_network(milp, box, x, tighten=tighten)
-        _add_polytope(milp, enc.out, poly, margin)
-        # push witnesses inside the polytope: maximise the smallest slack
-        slack = new_vars(milp, [-1e6], [1e6]).idx[0]
-        for a, rhs in zip(poly.A, poly.b, strict=True):
-            milp.add_row(
-                np.concatenate([enc.out.idx, [slack]]), np.concatenate([a, [1.0]]), hi=float(rhs)
-            )
-        milp.set_objective([slack], [1.0], maximize=True)
 
-        def replay(sol, x=x, enc=enc, poly=poly) -> ReplayReport:
-            return replay_output(box, x.value(sol), [p.value(sol) for p in enc.pre], in_box, poly)
+        def build(m: float, poly: Polytope = poly) -> tuple[Milp, Replay]:
+            milp = Milp()
+            x = state_vars(milp, in_box.lo, in_box.hi)
+            enc = encode_network(milp, box, x, tighten=tighten)
+            _add_polytope(milp, enc.out, poly, m)
+            # push witnesses inside the polytope: maximise the smallest slack
+            slack = new_vars(milp, [-1e6], [1e6]).idx[0]
+            for a, rhs in zip(poly.A, poly.b, strict=True):
+                milp.add_row(
+                    np.concatenate([enc.out.idx, [slack]]),
+                    np.concatenate([a, [1.0]]),
+                    hi=float(rhs),
+                )
+            milp.set_objective([slack], [1.0], maximize=True)
+
+            def replay(sol: np.ndarray) -> ReplayReport:
+                return replay_output(
+                    box, x.value(sol), [p.value(sol) for p in enc.pre], in_box, poly
+                )
+
+            return milp, replay
 
         def solve_fn(m: Milp, first: bool) -> SolveResult:
             return solve(m, solver, time_limit_s=time_limit_s, stop_at_first=first)
 
-        verdict = decide("problem1", milp, replay, solve_fn, True)
+        verdict = decide("problem1", build, solve_fn, True, margin, 1e-5)
         checks.extend(verdict.checks)
         if isinstance(verdict, Counterexample):
             return Counterexample(

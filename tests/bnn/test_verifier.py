@@ -148,3 +148,21 @@ def test_bad_inputs() -> None:
         Verifier(toy(0.1), _lds_box()).check(ReluNetwork([(np.ones((3, 1)), np.zeros(1))]))
     with pytest.raises(ConfigError, match="initial"):
         Verifier(toy(0.1, initial=1.5), _lds_box())
+
+
+@pytest.mark.parametrize(("name", "seed"), [("lds_all", 3), ("car", 4)])
+def test_lp_tightening_changes_speed_not_answers(name, seed) -> None:
+    bench = get_benchmark(name)
+    box = default_spec(name).box(load_policy(name), "1sigma")
+    rng = np.random.default_rng(seed)
+    g = ReluNetwork(
+        [
+            (rng.normal(size=(bench.state_dim, 8)), rng.normal(size=8)),
+            (rng.normal(size=(8, 1)), np.array([0.5])),
+        ]
+    )
+    plain = solve(Verifier(bench, box).closure_query(g).milp)
+    tight_q = Verifier(bench, box, tighten=True).closure_query(g).milp
+    tight = solve(tight_q)
+    assert plain.status == tight.status == "feasible" and plain.optimal and tight.optimal
+    assert tight.objective == pytest.approx(plain.objective, abs=1e-5)

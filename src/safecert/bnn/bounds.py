@@ -91,17 +91,18 @@ def network_bounds(
 
 
 def lp_tighten(
-    milp: Milp, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    milp: Milp, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, only_straddling: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tighten ``lo ≤ x[idx] ≤ hi`` by the LP relaxation of ``milp`` (min and max of each column).
 
-    Only columns whose interval straddles 0 are tightened (only those carry big-M constants).
+    By default only columns whose interval straddles 0 are tightened (ReLU inputs: only those
+    carry big-M constants); ``only_straddling=False`` tightens every column (e.g. successor states).
     Results are padded by ``1e-7·(1 + |v|)`` for the LP tolerance and intersected with the input
     bounds, so the returned bounds are never looser and, up to that tolerance, always valid.
     """
     lo = np.array(lo, dtype=np.float64)
     hi = np.array(hi, dtype=np.float64)
-    todo = np.flatnonzero((lo < 0.0) & (hi > 0.0))
+    todo = np.flatnonzero((lo < 0.0) & (hi > 0.0)) if only_straddling else np.flatnonzero(lo < hi)
     if todo.size == 0:
         return lo, hi
     session = LpSession(milp)

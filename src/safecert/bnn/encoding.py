@@ -147,6 +147,20 @@ def interval_layer(
     return z
 
 
+def tighten_columns(
+    milp: Milp, x: Bounded, *, only_straddling: bool = True, integer: bool = False
+) -> Bounded:
+    """LP-tighten the bounds of ``x`` in place (see :func:`~safecert.bnn.bounds.lp_tighten`);
+    integer columns are rounded inward."""
+    lo, hi = lp_tighten(milp, x.idx, x.lo, x.hi, only_straddling=only_straddling)
+    if integer:
+        lo, hi = np.ceil(lo - 1e-6), np.floor(hi + 1e-6)
+    lo, hi = np.maximum(lo, x.lo), np.minimum(hi, x.hi)
+    for j in np.flatnonzero((lo > x.lo) | (hi < x.hi)):
+        milp.lb[int(x.idx[j])], milp.ub[int(x.idx[j])] = float(lo[j]), float(hi[j])
+    return Bounded(x.idx, lo, hi)
+
+
 @dataclass(frozen=True)
 class NetworkEncoding:
     """Columns of one encoded network: ``inputs``, ``pre[k]`` (layer k's z), ``out`` (= ``pre[-1]``)."""
@@ -174,10 +188,7 @@ def encode_network(
     for k, ((wl, bl), (wu, bu)) in enumerate(zip(box.lower, box.upper, strict=True)):
         z = interval_layer(milp, a, wl, wu, bl, bu)
         if k < last and tighten:
-            lo, hi = lp_tighten(milp, z.idx, z.lo, z.hi)
-            for j in np.flatnonzero((lo > z.lo) | (hi < z.hi)):
-                milp.lb[int(z.idx[j])], milp.ub[int(z.idx[j])] = float(lo[j]), float(hi[j])
-            z = Bounded(z.idx, lo, hi)
+            z = tighten_columns(milp, z)
         pre.append(z)
         if k < last:
             a = relu(milp, z)

@@ -32,7 +32,14 @@ from typing import Literal
 import numpy as np
 
 from safecert.bnn.dynamics import Benchmark, Box, Polytope
-from safecert.bnn.encoding import Bounded, NetworkEncoding, encode_network, new_vars, state_vars
+from safecert.bnn.encoding import (
+    Bounded,
+    NetworkEncoding,
+    encode_network,
+    new_vars,
+    state_vars,
+    tighten_columns,
+)
 from safecert.bnn.networks import ReluNetwork, WeightBox
 from safecert.bnn.replay import (
     ReplayReport,
@@ -183,10 +190,12 @@ class Verifier:
         milp = Milp()
         x = state_vars(milp, b.step_box.lo, b.step_box.hi, b.integer)
         g_x = encode_network(milp, g, x).out
+        milp.add_row(g_x.idx, [1.0], lo=-m)  # x ∈ Inv (first, so LP tightening can use it)
         pol = encode_network(milp, self.policy, x, tighten=self.tighten)
         x1 = b.encode_step(milp, x, pol.out)
+        if self.tighten:  # successors of Inv only: may rule out leaving B through some faces
+            x1 = tighten_columns(milp, x1, only_straddling=False, integer=b.integer)
         g_1 = encode_network(milp, g, x1, tighten=self.tighten).out
-        milp.add_row(g_x.idx, [1.0], lo=-m)
         # violation: g(x') ≤ m, or x'_i ≥ hi_i − m, or x'_i ≤ lo_i + m (binaries z, Σ z ≥ 1)
         z_idx, obj_idx, obj_coef = [], list(g_x.idx) + list(g_1.idx), [1.0, -1.0]
         z0 = new_vars(milp, [0.0], [1.0], integer=True).idx[0]

@@ -165,7 +165,7 @@ class Sandbox:
         self.root = Path(os.path.realpath(root))
         self.production = self.root / "production"
         self.outbox = self.root / "outbox"
-        self._dirty = set()
+        self._dirty: set[Path] = set()
         self.reset()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -199,7 +199,7 @@ class Sandbox:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
         self.outbox.mkdir(exist_ok=True)
-        self._dirty: set[Path] = set()
+        self._dirty = set()
         _set_tree_mode(self.production, writable=False)
         self.cwd = self.root / "workspace"
         self.transcript: list[Entry] = []

@@ -22,6 +22,9 @@ def point_greedy(obs):
     obs = np.asarray(obs)
     return np.clip(3.0 * obs[:, 4:6] - 1.0 * obs[:, 2:4], -1.0, 1.0)
 
+def hopper(obs):
+    return 0.3 * np.tanh(np.asarray(obs)[:, 5:8])
+
 def wrong_shape(obs):
     return np.zeros((len(obs), 3))
 
@@ -34,16 +37,16 @@ def flaky(obs):
 
 
 def write_run(folder: Path, body: str, name: str = "run.toml") -> Path:
-    """Write ``pol.py`` and a config ``name`` with ``body`` into ``folder``; returns the config."""
+    """Write ``bbpipe_pol.py`` and a config ``name`` with ``body`` into ``folder``; returns the config."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pol.py").write_text(POLICIES)
+    (folder / "bbpipe_pol.py").write_text(POLICIES)
     path = folder / name
     path.write_text(textwrap.dedent(body))
     return path
 
 
 CARTPOLE = """
-policy = "python:pol:cartpole"
+policy = "python:bbpipe_pol:cartpole"
 env = "CartPole-v1"
 episodes = {episodes}
 seed = {seed}

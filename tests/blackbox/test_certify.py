@@ -107,7 +107,7 @@ def test_grid_without_nominal_cell_runs_stage1_separately(cli, tmp_path):
     config = write_run(
         tmp_path,
         """
-        policy = "python:pol:cartpole"
+        policy = "python:bbpipe_pol:cartpole"
         env = "CartPole-v1"
         episodes = 5
         max_steps = 50
@@ -180,7 +180,7 @@ def test_rejudge_equals_a_fresh_run_at_the_new_spec(cli, tmp_path):
     config = write_run(
         tmp_path,
         """
-        policy = "python:pol:point_greedy"
+        policy = "python:bbpipe_pol:point_greedy"
         env = "SafePointGoal-v0"
         episodes = 12
         max_steps = 80

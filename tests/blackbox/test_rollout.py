@@ -58,7 +58,7 @@ def test_one_oracle_call_per_step_for_all_live_copies(tmp_path):
 def test_failed_and_wrong_shaped_oracle_calls_end_episodes_as_failures(tmp_path):
     for name, why in (("flaky", "vendor crashed"), ("wrong_shape", "expected one integer action")):
         config = cartpole_run(tmp_path / name)
-        text = config.read_text().replace("pol:cartpole", f"pol:{name}")
+        text = config.read_text().replace("bbpipe_pol:cartpole", f"bbpipe_pol:{name}")
         config.write_text(text)
         plan, ctx = _context(config, batch_size=2)
         records = list(LocalBackend(1).run(make_jobs(0, 0, 4), ctx))
@@ -74,7 +74,7 @@ def test_truncation_at_max_steps_is_not_a_failure(tmp_path):
 
 
 POINT = """
-policy = "python:pol:point_greedy"
+policy = "python:bbpipe_pol:point_greedy"
 env = "SafePointGoal-v0"
 episodes = 4
 max_steps = 120

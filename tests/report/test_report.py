@@ -17,7 +17,7 @@ from tests.blackbox.pipeline_helpers import write_run
 CHROMIUM = Path("/usr/bin/chromium")
 
 CONFIG = """
-policy = "python:pol:cartpole"
+policy = "python:bbpipe_pol:cartpole"
 env = "CartPole-v1"
 episodes = 4
 max_steps = 40

@@ -8,7 +8,8 @@ rejudging and replay reuse them):
    one (the paper's layout: stage 1 is the (0, 0) cell, judged at δ/M with M = grid cells), else a
    separate nominal cell that joins the family (M = cells + 1).
 2. :func:`open_store` — ``DIR/episodes.sqlite``; ``resume`` continues a run of the same config.
-3. :func:`make_context` — probe the oracle once (a wrong URL is one error before any episode),
+3. :func:`make_context` — probe the oracle once on a real initial observation (a wrong URL or a
+   model of the wrong input size is one error before any episode),
    estimate the ranges of unbounded observation dimensions when observation noise needs them.
 4. :func:`run_jobs` — every (cell, index) not yet stored, stage 1 first; records are committed per
    finished chunk, with a progress bar on stderr.
@@ -27,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from safecert.blackbox.backends import Backend, LocalBackend, RunContext
 from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
@@ -133,9 +136,14 @@ def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
 
 def make_context(plan: RunPlan, store: EpisodeStore) -> RunContext:
     """Probe the oracle and fix the observation ranges (estimated once, kept in the store)."""
+    from safecert.blackbox.rollout import make_base_env
+
+    env = make_base_env(plan.config, plan.base_dir)
+    sample, _ = env.reset(seed=plan.config.seed)
+    env.close()
     oracle = make_oracle(plan.oracle)
     try:
-        oracle.probe()
+        oracle.probe(np.asarray(sample, dtype=np.float64)[None])
         ranges = store.get_meta("obs_ranges")
         if ranges is None and plan.needs_obs_ranges:
             from safecert.blackbox.ranges import estimate_ranges

@@ -122,6 +122,8 @@ def _to_action(space: gym.Space, row: np.ndarray) -> Any:
             raise OracleFailure(f"action {action} is outside {space}")
         return action
     arr = np.asarray(row, dtype=float)
+    if arr.shape == space.shape:
+        return arr
     if arr.size != int(np.prod(space.shape)):
         raise OracleFailure(f"expected an action of shape {space.shape}, got {arr.shape}")
     return arr.reshape(space.shape)
@@ -169,7 +171,9 @@ def run_lockstep(
         live = [i for i, ep in enumerate(slots) if ep is not None]
         if not live:
             return
-        batch = np.stack([slots[i].obs for i in live])
+        batch = (
+            slots[live[0]].obs[None] if len(live) == 1 else np.stack([slots[i].obs for i in live])
+        )
         try:
             actions = np.asarray(policy(batch))
             if actions.ndim == 0 or actions.shape[0] != len(live):

@@ -27,16 +27,18 @@ def _fixed_levels(axes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def odd_maps(result: dict[str, Any], out_dir: Path) -> list[tuple[str, Path]]:
     """Write one PNG per pair of multi-level axes; returns (title, path) pairs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     axes = result["axes"]
     multi = [a for a in axes if len(a["levels"]) > 1]
     pairs: list[tuple[dict, dict | None]] = list(itertools.combinations(multi, 2))
     if len(multi) == 1:
         pairs = [(multi[0], None)]
+    if not pairs:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fixed = _fixed_levels(axes)
     by_params = {tuple(sorted(c["params"].items())): c for c in result["cells"]}
     written: list[tuple[str, Path]] = []

@@ -65,3 +65,16 @@ def test_missing_config_and_bad_rejudge_options(cli, tmp_path):
     assert res.code == 2 and "--budget" in res.stderr
     res = cli("rejudge", str(tmp_path), "--budget", "1", "--p-star", "0.05")
     assert res.code == 2 and "certificate" in res.stderr
+
+
+def test_envelope_the_environment_cannot_take_is_rejected_before_the_run(cli, tmp_path):
+    (tmp_path / "pol.py").write_text(
+        "import numpy as np\ndef act(obs):\n    return np.zeros(len(obs), int)\n"
+    )
+    config = tmp_path / "bad.toml"
+    config.write_text(GOOD + "dynamics = { mass = [1.0, 1.25] }\n")
+    res = cli("certify", str(config), "--out", str(tmp_path / "out"))
+    assert (
+        res.code == 2 and "envelope.dynamics.mass" in res.stderr and "has no 'mass'" in res.stderr
+    )
+    assert not (tmp_path / "out" / "episodes.sqlite").exists()

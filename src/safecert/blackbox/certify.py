@@ -33,7 +33,7 @@ import numpy as np
 
 from safecert.blackbox.backends import Backend, LocalBackend, RunContext
 from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
-from safecert.blackbox.grid import axes, grid_cells, is_nominal, nominal_cell
+from safecert.blackbox.grid import NOMINAL, axes, grid_cells, is_nominal, nominal_cell
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, make_jobs
 from safecert.blackbox.judge import judge_run
 from safecert.blackbox.oracles import OracleSpec, make_oracle, parse_oracle_spec
@@ -84,8 +84,10 @@ def plan_run(config_path: Path) -> RunPlan:
 
     env = make_base_env(config, base_dir)
     limit = config.max_steps or (env.spec.max_episode_steps if env.spec else None)
+    obs_shape = env.observation_space.shape
     env.close()
     cells = grid_cells(config.envelope)
+    _check_cells(config, base_dir, cells, obs_shape)
     nominal = [i for i, c in enumerate(cells) if is_nominal(c)]
     stage1 = nominal[0] if nominal else len(cells)
     all_cells = cells if nominal else [*cells, nominal_cell(config.envelope)]
@@ -109,6 +111,27 @@ def plan_run(config_path: Path) -> RunPlan:
         cost_range,
         return_range,
     )
+
+
+def _check_cells(
+    config: RunConfig,
+    base_dir: Path,
+    cells: list[dict[str, Any]],
+    obs_shape: tuple[int, ...] | None,
+) -> None:
+    """Build every cell's wrapped env once, so that an envelope the environment cannot take
+    (no mass to shift, no layouts, an L∞ action adversary on a discrete space) is one ConfigError
+    before the run — not an error inside a worker."""
+    from safecert.blackbox.rollout import build_cell_env
+
+    ranges = np.ones(obs_shape) if obs_shape else None
+    for params in cells:
+        if any(v != NOMINAL[k] for k, v in params.items()):
+            build_cell_env(config, base_dir, params, ranges, _no_policy).close()
+
+
+def _no_policy(observations: np.ndarray) -> np.ndarray:  # pragma: no cover - never called
+    raise AssertionError("the envelope check runs no episode")
 
 
 def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:

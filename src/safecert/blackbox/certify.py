@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ class RunPlan:
     def needs_obs_ranges(self) -> bool:
         return any(c.get("obs_noise", 0.0) > 0 for c in self.cells)
 
-    def all_jobs(self, done: set[tuple[int, int]] = frozenset()) -> list[EpisodeJob]:  # noqa: B006
+    def all_jobs(self, done: AbstractSet[tuple[int, int]] = frozenset()) -> list[EpisodeJob]:
         """Every job not in ``done``: stage 1 first, then the grid in order."""
         order = [self.stage1_cell] + [i for i in range(len(self.cells)) if i != self.stage1_cell]
         jobs: list[EpisodeJob] = []

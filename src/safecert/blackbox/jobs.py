@@ -8,6 +8,7 @@ batch it is stepped in. Outcomes are therefore i.i.d. within a cell and reruns a
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -51,8 +52,8 @@ def episode_seed(master_seed: int, cell: int, index: int) -> int:
 
 
 def make_jobs(
-    master_seed: int, cell: int, episodes: int, skip: set[tuple[int, int]] = frozenset()
-) -> list[EpisodeJob]:  # noqa: B006
+    master_seed: int, cell: int, episodes: int, skip: AbstractSet[tuple[int, int]] = frozenset()
+) -> list[EpisodeJob]:
     """Jobs 0..episodes-1 of ``cell`` minus those already done (``skip`` holds (cell, index))."""
     return [
         EpisodeJob(cell, i, episode_seed(master_seed, cell, i))

@@ -45,6 +45,12 @@ def main() -> None:
     model = grid_model(args.episodes)
     probs = true_kernel(model)
     est, _ = simulate_logs(model, probs, args.episodes, np.random.default_rng(seeds[0]))
+    # for comparison only (not a valid certificate: the budget would depend on the data): the
+    # same log with every sample used, n0 = visits
+    every, _ = simulate_logs(model, probs, args.episodes, np.random.default_rng(seeds[0]),
+                             n0=np.maximum(est.visits, 1))  # fmt: skip
+    assert (every.visits == est.visits).all()
+    all_samples = synthesize(model, every, args.epsilon, method=args.method)
     t0 = time.perf_counter()
     res = synthesize(model, est, args.epsilon, method=args.method)
     seconds = time.perf_counter() - t0
@@ -68,6 +74,7 @@ def main() -> None:
         "unsafe_rates": rates,
         "rollouts": args.rollouts,
         "forbidden_fraction": res.forbidden_fraction,
+        "forbidden_fraction_all_samples": all_samples.forbidden_fraction,
         "goal_reachable": res.goal_reachable,
         "missed_budget": est.missed_budget,
         "synthesis_seconds": seconds,

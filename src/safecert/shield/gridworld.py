@@ -117,16 +117,18 @@ def simulate_logs(
     *,
     batch: int = 256,
     sink=None,
+    n0: np.ndarray | None = None,
 ) -> tuple[RowEstimates, int]:
     """Run the logging protocol; return committed-budget estimates and the number of episode ids.
 
-    ``sink(step_records)`` (optional) receives each lock-step's records in file order, as tuples
+    ``n0`` overrides the model's committed budgets (the protocol does not look at truncation, so
+    the same generator state yields the same log). ``sink(step_records)`` (optional) receives each lock-step's records in file order, as tuples
     ``(episode_id, t, s, a, s2)``; :func:`write_logs` uses it to write JSONL.
     """
     live = np.flatnonzero(model.live)
     moves = np.array([a for a in range(len(model.actions)) if a != model.halt])
     m = len(model.actions)
-    counter = RowCounter(model)
+    counter = RowCounter(model, n0)
     cum = np.cumsum(probs, axis=-1)
     ids = 0
     for first in range(0, episodes, batch):

@@ -25,6 +25,19 @@ def ray_backend():
     assert not ray.is_initialized()
 
 
+def test_unreachable_address_is_one_config_error():
+    import socket
+
+    from safecert.blackbox.ray_backend import RayBackend
+    from safecert.errors import ConfigError
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConfigError, match="--address"):
+        RayBackend(f"127.0.0.1:{port}")
+
+
 def test_records_identical_to_local(ray_backend, tmp_path):
     config = cartpole_run(tmp_path, episodes=12, batch_size=3)
     plan = plan_run(config)

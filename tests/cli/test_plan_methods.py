@@ -13,7 +13,18 @@ from safecert.stats.sequential_plan import compare_methods, cp_fixed_episodes, m
 
 
 def test_plan_methods_json(cli):
-    res = cli("plan", "--p-star", "0.05", "--confidence", "0.9", "--method", "all", "--json")
+    res = cli(
+        "plan",
+        "--p-star",
+        "0.05",
+        "--confidence",
+        "0.9",
+        "--method",
+        "all",
+        "--cap",
+        "2000",
+        "--json",
+    )
     assert res.code == 0, res.stderr
     data = res.json()
     assert {"p_star", "confidence", "family_size", "expected_rate", "cap", "methods"} <= set(data)
@@ -22,11 +33,11 @@ def test_plan_methods_json(cli):
     assert by["cp"]["episodes"] == 45  # CORE-RL Table 68, k = 0
     assert by["hoeffding"]["episodes"] == math.ceil(math.log(10) / (2 * 0.05**2))  # 461
     # zero failures: the looks rule stops at its first look, the mixture at its first PASS point
-    looks = make_rule("looks", 0.05, 0.1, 10000)
+    looks = make_rule("looks", 0.05, 0.1, 2000)
     assert by["looks"]["episodes"] == looks.checks[0] == by["looks"]["median"]
-    mix = make_rule("mixture", 0.05, 0.1, 10000)
-    assert by["mixture"]["episodes"] == decide(mix, np.zeros(10000)).episodes
-    assert by["curtail"]["episodes"] == 10000 - fixed_n_pass_max(10000, 0.05, 0.1)
+    mix = make_rule("mixture", 0.05, 0.1, 2000)
+    assert by["mixture"]["episodes"] == decide(mix, np.zeros(2000)).episodes
+    assert by["curtail"]["episodes"] == 2000 - fixed_n_pass_max(2000, 0.05, 0.1)
     human = cli("plan", "--p-star", "0.05", "--method", "cp,sequential", "--expected-rate", "0.01")
     assert human.code == 0 and "sequential" in human.stdout and "cp" in human.stdout
 

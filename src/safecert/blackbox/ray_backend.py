@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Iterator, Sequence
 
 from safecert.blackbox.backends import RunContext, Worker, chunked
@@ -36,6 +37,22 @@ class _ActorWorker:
         self.worker.close()
 
 
+def _check_reachable(address: str) -> None:
+    """Fail fast (one line) when a ``host:port`` address refuses TCP; Ray itself retries for
+    minutes. ``auto`` and other forms are left to ``ray.init``."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or address == "auto":
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5.0).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot reach a Ray cluster at {address!r} ({exc})",
+            field="--address",
+            fix="start one with 'ray start --head' or omit --address for a local Ray",
+        ) from None
+
+
 class RayBackend:
     """Backend protocol on Ray. ``close()`` shuts down a Ray instance this backend started."""
 
@@ -47,6 +64,8 @@ class RayBackend:
         actors: int | None = None,
         chunk_episodes: int | None = None,
     ) -> None:
+        if address is not None:
+            _check_reachable(address)
         self.address = address
         self.num_cpus = num_cpus
         self.actors = actors

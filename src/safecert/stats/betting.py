@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from safecert.errors import ConfigError
 from safecert.stats.binomial import validate_delta
@@ -101,6 +100,8 @@ class BettingRule:
 
     def bounds(self, outcomes: np.ndarray) -> tuple[float, float]:
         """(L_n, U_n) after all the given outcomes, by root finding on the monotone wealth."""
+        from scipy.optimize import brentq  # lazy: keeps `safecert --help` fast
+
         x = np.asarray(outcomes, dtype=float)
         level = math.log(1.0 / self.delta)
 

@@ -36,7 +36,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import betaln
 
 from safecert.errors import ConfigError
@@ -321,6 +320,8 @@ def mixture_bounds(
     failures: int, episodes: int, delta: float, prior: tuple[float, float]
 ) -> tuple[float, float]:
     """The confidence-sequence interval [L_n, U_n] = {p0 : M_n(p0) < 1/δ} (root finding)."""
+    from scipy.optimize import brentq  # lazy: keeps `safecert --help` fast
+
     level = math.log(1.0 / delta)
     k, n = failures, episodes
     mle = k / n

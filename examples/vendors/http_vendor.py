@@ -99,6 +99,7 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)  # accept (queue) connections from the moment the URL is printed
     app = create_app(args.policy, args.mode, args.flaky_failures)
     config = uvicorn.Config(
         app,

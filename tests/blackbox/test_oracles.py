@@ -139,24 +139,24 @@ def _act_in_worker(spec, obs):
         oracle.close()
 
 
-@pytest.mark.parametrize(
-    "policy",
-    [
-        "python:vendors.point_policies:hazard_avoider",
-        "exec:python3 vendors/exec_vendor.py --policy point:hazard_avoider",
-    ],
-)
-def test_oracle_is_built_inside_a_spawned_worker_from_the_spec(policy):
+def test_oracles_are_built_inside_a_spawned_worker_from_the_spec():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     from vendors.point_policies import hazard_avoider
 
-    spec = parse_oracle_spec(policy, base_dir=EXAMPLES)
+    specs = [
+        parse_oracle_spec(policy, base_dir=EXAMPLES)
+        for policy in (
+            "python:vendors.point_policies:hazard_avoider",
+            "exec:python3 vendors/exec_vendor.py --policy point:hazard_avoider",
+        )
+    ]
     obs = np.random.default_rng(3).normal(size=(4, 14))
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        got = pool.submit(_act_in_worker, spec, obs).result(timeout=120)
-    np.testing.assert_allclose(got, hazard_avoider(obs), atol=1e-12)
+        results = [pool.submit(_act_in_worker, spec, obs).result(timeout=120) for spec in specs]
+    for got in results:
+        np.testing.assert_allclose(got, hazard_avoider(obs), atol=1e-12)
 
 
 def test_every_oracle_kind_satisfies_the_protocol(tmp_path):

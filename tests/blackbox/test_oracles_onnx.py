@@ -36,10 +36,16 @@ def export(net: torch.nn.Module, d_in: int, path: Path) -> Path:
     return path
 
 
-def test_round_trip_matches_torch(tmp_path):
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
+    """One small torch MLP (5 -> 3) and its ONNX export."""
     net = mlp(5, 3)
-    export(net, 5, tmp_path / "m.onnx")
-    spec = pickle.loads(pickle.dumps(parse_oracle_spec("onnx:m.onnx", base_dir=tmp_path)))
+    return net, export(net, 5, tmp_path_factory.mktemp("onnx") / "m.onnx")
+
+
+def test_round_trip_matches_torch(exported):
+    net, path = exported
+    spec = pickle.loads(pickle.dumps(parse_oracle_spec(f"onnx:{path.name}", base_dir=path.parent)))
     oracle = make_oracle(spec)
     oracle.probe()
     obs = np.random.default_rng(0).normal(size=(64, 5))
@@ -63,9 +69,8 @@ def test_bundled_vendor_policies_match_their_torch_weights(name):
     np.testing.assert_allclose(oracle.act(obs), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_wrong_input_width_is_a_failure(tmp_path):
-    export(mlp(5, 3), 5, tmp_path / "m.onnx")
-    oracle = make_oracle(parse_oracle_spec("onnx:m.onnx", base_dir=tmp_path))
+def test_wrong_input_width_is_a_failure(exported):
+    oracle = make_oracle(parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent))
     with pytest.raises(OracleFailure, match="onnxruntime"):
         oracle.act(np.zeros((2, 4)))
 

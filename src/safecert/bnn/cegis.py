@@ -22,16 +22,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
 from safecert.bnn.dynamics import Benchmark
-from safecert.bnn.invariant import InvariantNet
 from safecert.bnn.learner import TrainingData
 from safecert.bnn.networks import ReluNetwork, WeightBox
 from safecert.bnn.sampling import batched_forward, sample_box_weights
 from safecert.bnn.verifier import Counterexample, Proof, Unknown
+
+if TYPE_CHECKING:
+    from safecert.bnn.invariant import InvariantNet
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ Example (``examples/bnn/lds.toml``)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from safecert.bnn.learner import LearnerSettings
 from safecert.bnn.networks import (
     BENCHMARK_POLICIES,
     BayesianSpec,
@@ -44,6 +44,33 @@ from safecert.bnn.networks import (
 )
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """Hyper-parameters of :class:`~safecert.bnn.learner.Learner` (epochs over D_spec, Adam
+    learning rate, weight λ and margin of the counterexample loss, torch threads)."""
+
+    hidden: tuple[int, ...] = (12,)
+    epochs: int = 60
+    warm_epochs: int = 20
+    batch_size: int = 256
+    learning_rate: float = 1e-2
+    lam: float = 10.0
+    margin: float = 0.0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "warm_epochs", "batch_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1 (got {getattr(self, name)})", field=name)
+        if self.learning_rate <= 0 or self.lam < 0 or self.margin < 0:
+            raise ConfigError(
+                "learning_rate must be > 0, lam and margin >= 0",
+                field="learner",
+                fix="use e.g. learning_rate = 5e-3, lam = 1.0, margin = 0.0",
+            )
+
 
 DEFAULT_LADDER = ("0.5sigma", "1sigma", "1.5sigma", "2sigma", "2.5sigma", "3sigma")
 

@@ -22,25 +22,41 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from safecert.bnn.invariant import InvariantNet
+from safecert.bnn.config import LearnerSettings
 from safecert.bnn.sampling import SafeBNNPolicy, closed_loop
-from safecert.errors import ConfigError, DataError
+from safecert.errors import DataError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch loads on first use: data handling and labels need only NumPy
+    import torch
+
     from safecert.bnn.dynamics import Benchmark
+    from safecert.bnn.invariant import InvariantNet
+
+__all__ = [
+    "Learner",
+    "LearnerSettings",
+    "TrainingData",
+    "bootstrap_labels",
+    "counterexample_loss",
+    "invariant_loss",
+    "logistic_loss",
+]
 
 log = logging.getLogger(__name__)
 
 
 def logistic_loss(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``L_cls(z, y) = z − z·y + log(1 + e^{−z})`` elementwise (numerically stable form)."""
+    import torch
+
     return z - z * y + torch.nn.functional.softplus(-z)
 
 
 def counterexample_loss(z: torch.Tensor, z_next: torch.Tensor, margin: float = 0.0) -> torch.Tensor:
     """``L_ce(z, z')`` elementwise (eq. 2; see the module docstring for the margin)."""
+    import torch
+
     active = (z > -margin) & (z_next < margin)
     zero = torch.zeros_like(z)
     loss = logistic_loss(z + margin, zero) * logistic_loss(z_next - margin, zero + 1.0)
@@ -102,6 +118,8 @@ def invariant_loss(
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
+    import torch
+
     return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float64)
 
 
@@ -121,31 +139,6 @@ def _loss(
     return loss
 
 
-@dataclass(frozen=True)
-class LearnerSettings:
-    """Hyper-parameters of :class:`Learner` (units: epochs over D_spec, Adam learning rate)."""
-
-    hidden: tuple[int, ...] = (12,)
-    epochs: int = 60
-    warm_epochs: int = 20
-    batch_size: int = 256
-    learning_rate: float = 1e-2
-    lam: float = 10.0
-    margin: float = 0.0
-    threads: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "warm_epochs", "batch_size", "threads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"must be >= 1 (got {getattr(self, name)})", field=name)
-        if self.learning_rate <= 0 or self.lam < 0 or self.margin < 0:
-            raise ConfigError(
-                "learning_rate must be > 0, lam and margin >= 0",
-                field="learner",
-                fix="use e.g. learning_rate = 5e-3, lam = 1.0, margin = 0.0",
-            )
-
-
 class Learner:
     """Trains ``g`` on the loss of eq. 1 with Adam on mini-batches of D_spec (all of D_ce each step).
 
@@ -160,11 +153,15 @@ class Learner:
         self.high = np.asarray(high, dtype=np.float64)
 
     def new_network(self, seed: int) -> InvariantNet:
+        from safecert.bnn.invariant import InvariantNet
+
         return InvariantNet(
             len(self.low), self.settings.hidden, low=self.low, high=self.high, seed=seed
         )
 
     def fit(self, data: TrainingData, seed: int, init: InvariantNet | None = None) -> InvariantNet:
+        import torch
+
         s = self.settings
         torch.set_num_threads(s.threads)
         g = init.clone() if init is not None else self.new_network(seed)

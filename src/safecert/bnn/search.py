@@ -16,21 +16,25 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from safecert.bnn.cegis import CegisResult, CegisSettings, SamplingFalsifier, cegis, initial_data
 from safecert.bnn.config import BnnConfig
 from safecert.bnn.dynamics import Benchmark
-from safecert.bnn.invariant import InvariantNet
-from safecert.bnn.learner import Learner, TrainingData, bootstrap_labels
+from safecert.bnn.learner import Learner, bootstrap_labels
 from safecert.bnn.networks import BayesianSpec, Epsilon, ReluNetwork, WeightBox, parse_epsilon
 from safecert.bnn.sampling import SafeBNNPolicy
 from safecert.bnn.verifier import Verifier
 
+if TYPE_CHECKING:
+    pass
+
 log = logging.getLogger(__name__)
 
-Warm = tuple[InvariantNet, TrainingData] | None
+#: a previous certified attempt's invariant and data, or None for a cold start
+Warm = "tuple[InvariantNet, TrainingData] | None"
 
 
 @dataclass

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from safecert.bnn.config import BnnConfig, bayesian_spec, benchmark_config, load_config
+from safecert.bnn.networks import load_policy
+from safecert.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bnn"
+
+FAST = """
+policy = "lds.npz"
+system = "lds"
+epsilon = "0.1sigma"
+[data]
+bootstrap = false
+initial_samples = 300
+unsafe_samples = 300
+[limits]
+per_epsilon_s = 150
+solver_s = 60
+"""
+
+
+@pytest.fixture(scope="module")
+def safe_run(tmp_path_factory):
+    """One real `safecert bnn verify` run (subprocess) on the LDS at a small ε."""
+    from tests.conftest import run_cli
+
+    d = tmp_path_factory.mktemp("bnn")
+    shutil.copyfile(EXAMPLE / "lds.npz", d / "lds.npz")
+    (d / "run.toml").write_text(FAST)
+    res = run_cli("bnn", "verify", str(d / "run.toml"), "--out", str(d / "out"), "--json")
+    return d, res
+
+
+def test_verify_writes_a_safe_certificate_and_picture(safe_run):
+    d, res = safe_run
+    assert res.code == 0, res.stderr
+    summary = res.json()
+    assert summary["verdict"] == "SAFE"
+    cert = json.loads((d / "out" / "certificate.json").read_text())
+    assert cert["kind"] == "bnn" and cert["verdict"] == "SAFE"
+    r = cert["result"]
+    assert r["checks"] == {"closure": "infeasible", "initial": "infeasible", "unsafe": "infeasible"}
+    assert r["epsilon"]["unit"] == "sigma" and r["epsilon"]["sigma"] == 0.1
+    assert r["epsilon"]["absolute"] == pytest.approx([0.0, 0.01])
+    assert r["invariant"]["hidden"] == [12] and len(r["invariant"]["layers"]) == 2
+    assert cert["inputs"]["policy_sha256"] == r["policy_sha256"]
+    assert r["runtimes_s"]["total_s"] > 0 and r["iterations"] >= 1
+    assert (d / "out" / "invariant.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_safecert_verify_rechecks_and_catches_tampering(safe_run, cli, tmp_path):
+    d, _ = safe_run
+    ok = cli("verify", str(d / "out" / "certificate.json"), "--json")
+    assert ok.code == 0, ok.stderr
+    names = {c["name"]: c["ok"] for c in ok.json()["checks"]}
+    assert names == {
+        "policy_sha256": True,
+        "epsilon": True,
+        "closure": True,
+        "initial": True,
+        "unsafe": True,
+        "sampled_conditions": True,
+    }
+    # a different invariant (g ≡ 1: Inv = B meets X_u) must fail the re-check
+    bad = tmp_path / "bad"
+    shutil.copytree(d / "out", bad)
+    cert = json.loads((bad / "certificate.json").read_text())
+    layers = cert["result"]["invariant"]["layers"]
+    layers[-1]["W"] = [[0.0] for _ in layers[-1]["W"]]
+    layers[-1]["b"] = [1.0]
+    (bad / "certificate.json").write_text(json.dumps(cert))
+    res = cli("verify", str(bad / "certificate.json"), "--json")
+    assert res.code == 1
+    failed = {c["name"] for c in res.json()["checks"] if not c["ok"]}
+    assert "unsafe" in failed
+    # a different policy file breaks the hash
+    other = tmp_path / "other"
+    shutil.copytree(d / "out", other)
+    load_policy("pend").save_npz(other / "policy.npz")
+    res = cli("verify", str(other / "certificate.json"), "--json")
+    assert res.code == 1
+    assert {c["name"] for c in res.json()["checks"] if not c["ok"]} >= {"policy_sha256"}
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--benchmark", "nope"], "benchmark"),
+        (["--benchmark", "lds", "--epsilon", "abc"], "epsilon"),
+        (["--benchmark", "lds", "--epsilon", "1sigma", "--search"], "epsilon"),
+        ([], "config"),
+        (["--benchmark", "lds", "--time-limit", "-1"], "--time-limit"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, field):
+    res = cli("bnn", "verify", *args, "--out", str(tmp_path / "o"))
+    assert res.code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in res.stderr
+
+
+def test_bad_config_keys_name_the_field(cli, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('policy = "missing.npz"\nsystem = "lds"\n')
+    res = cli("bnn", "verify", str(cfg), "--out", str(tmp_path / "o"))
+    assert res.code == 2 and "policy" in res.stderr and "missing.npz" in res.stderr
+    cfg.write_text('policy = "x.npz"\nsystem = "lds"\n[limits]\nper_epsilon = 3\n')
+    res = cli("bnn", "verify", str(cfg), "--out", str(tmp_path / "o"))
+    assert res.code == 2 and "limits.per_epsilon" in res.stderr
+
+
+def test_config_model():
+    cfg = load_config(EXAMPLE / "lds.toml")
+    assert isinstance(cfg, BnnConfig) and cfg.epsilon_value().in_sigma
+    spec = bayesian_spec(cfg, load_policy("lds"))
+    assert spec.sigma == (0.0, 0.1) and spec.bayesian_layers == (False, True)
+    all_cfg = benchmark_config("car_all")
+    assert all_cfg.invariant.hidden == [32]
+    assert bayesian_spec(all_cfg, load_policy("car_all")).sigma == (0.0, 0.05, 0.05)
+    with pytest.raises(ConfigError, match="search.ladder"):
+        benchmark_config("lds", search={"ladder": ["1sigma", "0.5"]})
+    with pytest.raises(ConfigError, match="bayesian.sigma"):
+        bayesian_spec(benchmark_config("lds", bayesian={"sigma": [0.1]}), load_policy("lds"))
+    assert np.isclose(benchmark_config("lds", epsilon=0.02).epsilon_value().value, 0.02)

@@ -68,7 +68,7 @@ shields = st.fixed_dictionaries({lab: st.sets(st.sampled_from(TOOLS[:-1])) for l
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(shields, st.sampled_from(POLICIES), st.integers(0, 2**32 - 1))
 def test_guard_never_lets_a_forbidden_call_execute(sandbox, shield, policy, seed):

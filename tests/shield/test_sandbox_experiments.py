@@ -22,6 +22,7 @@ from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig, ToolCall
 from safecert.shield.synthesis import synthesize
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sandbox"
+N_RUNS = 160
 
 
 class Explorer:
@@ -105,12 +106,13 @@ def test_scripted_agent_exact_behaviour_matches_real_runs():
         with Sandbox(rng) as sb:
             guard = Guard(sm.shield_table(allowed), sb.state, actions=TOOLS)
             runs = [
-                run_episode(ScriptedAgent(), sb, guard, policy="halt", rng=rng) for _ in range(300)
+                run_episode(ScriptedAgent(), sb, guard, policy="halt", rng=rng)
+                for _ in range(N_RUNS)
             ]
         success = np.mean([r.success for r in runs])
         calls = sum(r.steps for r in runs)
-        assert abs(success - exact.success) <= 4 * np.sqrt(0.25 / 300) + 1e-9
-        assert calls / 300 == pytest.approx(exact.mean_length, rel=0.1)
+        assert abs(success - exact.success) <= 4 * np.sqrt(0.25 / N_RUNS) + 1e-9
+        assert calls / N_RUNS == pytest.approx(exact.mean_length, rel=0.1)
         assert sum(r.interventions for r in runs) / calls == pytest.approx(
             exact.interventions_per_call, abs=0.05
         )

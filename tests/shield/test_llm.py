@@ -223,3 +223,22 @@ def test_parse_tool_call_edge_cases():
     }
     cid, call, extra = parse_tool_call(two)
     assert (cid, call.tool, extra) == ("a", "read", ["b"])
+
+
+def test_table4_benchmark_runs_the_llm_row_on_the_configured_endpoint(server, monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "table4_injection.py"
+    spec = importlib.util.spec_from_file_location("table4_injection", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("SAFECERT_LLM_BASE_URL", f"http://127.0.0.1:{server.server_port}/v1")
+    monkeypatch.setenv("SAFECERT_LLM_MODEL", "fake-model")
+    monkeypatch.setenv("SAFECERT_LLM_API_KEY", KEY)
+    assert bench.main(["--llm", "--episodes", "4", "--p-inject", "1.0", "--json"]) == 0
+    rows = {r["controller"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    llm = rows["llm fake-model (τ=0)"]
+    assert not server.problems, server.problems
+    assert llm["attacked"] == 4 and llm["unsafe_shield_pct"] == 0.0
+    assert llm["unsafe_none_pct"] > 0 and llm["blocked"]

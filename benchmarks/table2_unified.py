@@ -76,21 +76,45 @@ def main() -> None:
         cert = certify(config, folder / policy, workers=args.workers, progress=False)
         p_star = cert.result["p_star"]
         for cell in cert.result["cells"]:
-            rows.append({
-                "policy": policy, "cell": cell_label(cell["params"]), "N": cell["episodes"],
-                "task_rate": cell["task_failure_rate"], "task_ub": cell["task_upper_bound"],
-                "task_only": decision(cell["task_upper_bound"], p_star),
-                "safety_rate": cell["safety_failure_rate"], "safety_ub": cell["safety_upper_bound"],
-                "safety_only": decision(cell["safety_upper_bound"], p_star),
-                "unified_rate": cell["failure_rate"], "unified_ub": cell["upper_bound"],
-                "unified": cell["decision"], "verdict": cert.verdict,
-            })
+            rows.append(
+                {
+                    "policy": policy,
+                    "cell": cell_label(cell["params"]),
+                    "N": cell["episodes"],
+                    "task_rate": cell["task_failure_rate"],
+                    "task_ub": cell["task_upper_bound"],
+                    "task_only": decision(cell["task_upper_bound"], p_star),
+                    "safety_rate": cell["safety_failure_rate"],
+                    "safety_ub": cell["safety_upper_bound"],
+                    "safety_only": decision(cell["safety_upper_bound"], p_star),
+                    "unified_rate": cell["failure_rate"],
+                    "unified_ub": cell["upper_bound"],
+                    "unified": cell["decision"],
+                    "verdict": cert.verdict,
+                }
+            )
     print(json.dumps(rows, indent=1))
-    cols = ["policy", "cell", "N", "task_rate", "task_ub", "task_only", "safety_rate", "safety_ub",
-            "safety_only", "unified_rate", "unified_ub", "unified"]
+    cols = [
+        "policy",
+        "cell",
+        "N",
+        "task_rate",
+        "task_ub",
+        "task_only",
+        "safety_rate",
+        "safety_ub",
+        "safety_only",
+        "unified_rate",
+        "unified_ub",
+        "unified",
+    ]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+        print(
+            "| "
+            + " | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

@@ -102,6 +102,9 @@ def test_non_string_arguments_are_refused(arena):
     for bad in (None, 3, ["a"], {"p": 1}, b"ticket.txt"):
         entry = sb.execute(ToolCall("read", {"path": bad}))
         assert not entry.ok
+    for args in (["ticket.txt"], "ticket.txt", None):
+        entry = sb.execute(ToolCall("read", args))  # type: ignore[arg-type]
+        assert not entry.ok and "arguments" in entry.output
 
 
 @settings(

@@ -297,6 +297,8 @@ class Sandbox:
         elif self.rng.random() < self.config.misfire_prob:
             ok, out, flags = False, "transient error: the call misfired, nothing happened", {}
             flags["misfire"] = True
+        elif not isinstance(call.args, dict):
+            ok, out = False, "refused: arguments must be an object of named values"
         else:
             try:
                 ok, out = getattr(self, f"_do_{call.tool}")(call.args, flags)

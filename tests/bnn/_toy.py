@@ -23,7 +23,7 @@ def toy(gain: float, initial: float = 0.3) -> Benchmark:
     def step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
         return 0.5 * x + gain * clip1(u[..., :1])
 
-    def encode(milp, x: Bounded, u: Bounded) -> Bounded:
+    def encode(milp, x: Bounded, u: Bounded, tie_gap: float = 0.0) -> Bounded:
         uc = piecewise_linear(milp, u.item(0), clip1, kinks=(-1.0, 1.0))
         s = Bounded.concat([x, uc])
         return Bounded.concat(

@@ -184,3 +184,20 @@ def test_argmax_onehot_selects_a_maximiser() -> None:
     milp.set_objective(b.idx, [1.0, 0.0, 1.0])  # try to pick a non-maximiser
     res = solve(milp)
     np.testing.assert_allclose(b.value(res.values), [0.0, 1.0, 0.0], atol=1e-9)
+
+
+def test_argmax_gap_excludes_ties() -> None:
+    def model(gap):
+        milp = Milp()
+        y = state_vars(milp, -np.ones(3), np.ones(3))
+        b = argmax_onehot(milp, y, gap)
+        for i, v in enumerate((0.5, 0.5, -1.0)):
+            row = np.zeros(3)
+            row[i] = 1.0
+            milp.add_row(y.idx, row, v, v)
+        return milp, b
+
+    milp, b = model(0.0)
+    milp.set_objective(b.idx, [0.0, 1.0, 0.0])
+    assert solve(milp).objective == pytest.approx(1.0)  # a tie admits the second index too
+    assert solve(model(1e-5)[0]).status == "infeasible"  # no strict winner

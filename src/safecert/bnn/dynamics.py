@@ -99,7 +99,7 @@ class Benchmark:
     integer: bool
     n_actions: int
     _step: Callable[[np.ndarray, np.ndarray], np.ndarray] = field(repr=False)
-    _encode: Callable[[Milp, Bounded, Bounded], Bounded] = field(repr=False)
+    _encode: Callable[[Milp, Bounded, Bounded, float], Bounded] = field(repr=False)
 
     @property
     def state_dim(self) -> int:
@@ -111,9 +111,12 @@ class Benchmark:
         u = np.asarray(u, dtype=np.float64)
         return self._step(x, u)
 
-    def encode_step(self, milp: Milp, x: Bounded, u: Bounded) -> Bounded:
-        """Exact MILP encoding of ``step`` for ``x`` in ``step_box`` and raw action ``u``."""
-        return self._encode(milp, x, u)
+    def encode_step(self, milp: Milp, x: Bounded, u: Bounded, tie_gap: float = 0.0) -> Bounded:
+        """Exact MILP encoding of ``step`` for ``x`` in ``step_box`` and raw action ``u``.
+
+        ``tie_gap > 0`` makes a discrete choice (argmax) strict by that gap: an under-approximation
+        used only to find witnesses that replay in float64, never for proofs."""
+        return self._encode(milp, x, u, tie_gap)
 
     def in_box(self, x: np.ndarray, atol: float = 0.0) -> np.ndarray:
         return self.box.contains(x, atol)
@@ -163,7 +166,7 @@ def _lds_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.stack([x_next, y_next], axis=-1)
 
 
-def _lds_encode(milp: Milp, x: Bounded, u: Bounded) -> Bounded:
+def _lds_encode(milp: Milp, x: Bounded, u: Bounded, tie_gap: float = 0.0) -> Bounded:
     uc = piecewise_linear(milp, u.item(0), clip1, kinks=(-1.0, 1.0))
     s = Bounded.concat([x, uc])  # (x, y, u_c)
     y_next = linear_combination(milp, s, np.array([0.0, 1.0, 0.2]))
@@ -199,7 +202,7 @@ def _pend_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.stack([new_th, np.clip(new_thdot, -PEND_MAX_SPEED, PEND_MAX_SPEED)], axis=-1)
 
 
-def _pend_encode(milp: Milp, x: Bounded, u: Bounded) -> Bounded:
+def _pend_encode(milp: Milp, x: Bounded, u: Bounded, tie_gap: float = 0.0) -> Bounded:
     th = x.item(0)
     lo, hi = float(th.lo[0]), float(th.hi[0])
     # kinks of angular(θ + π) at θ = −π/2 + kπ; list one beyond each end (piecewise_linear's contract)
@@ -247,8 +250,8 @@ def _car_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.stack([p, x[..., 1], ay], axis=-1)
 
 
-def _car_encode(milp: Milp, x: Bounded, u: Bounded) -> Bounded:
-    onehot = argmax_onehot(milp, u)
+def _car_encode(milp: Milp, x: Bounded, u: Bounded, tie_gap: float = 0.0) -> Bounded:
+    onehot = argmax_onehot(milp, u, tie_gap)
     s = Bounded.concat([x, onehot])  # (p, a_x, a_y, b0, b1, b2)
     moved = linear_combination(milp, s, np.array([1.0, 0.0, 0.0, 0.0, 1.0, -1.0]), integer=True)
     p_next = piecewise_linear(

@@ -235,20 +235,25 @@ def piecewise_linear(
     return Bounded(y.idx, np.array([milp.lb[j]]), np.array([milp.ub[j]]))
 
 
-def argmax_onehot(milp: Milp, y: Bounded) -> Bounded:
-    """Binaries ``b`` with ``Σ b = 1`` and ``b_k = 1 ⇒ y_k ≥ y_j`` for all ``j`` (some maximiser;
-    ties admit every maximiser, a superset of numpy's first-index rule)."""
+def argmax_onehot(milp: Milp, y: Bounded, gap: float = 0.0) -> Bounded:
+    """Binaries ``b`` with ``Σ b = 1`` and ``b_k = 1 ⇒ y_k ≥ y_j + gap`` for all ``j ≠ k``.
+
+    ``gap = 0``: some maximiser (ties admit every maximiser — a superset of numpy's first-index
+    rule, hence sound for proofs). ``gap > 0``: a strict winner by ``gap`` (witnesses that replay
+    in float64 under any tie-breaking rule; used for the strict re-ask only)."""
     m = y.size
     b = new_vars(milp, np.zeros(m), np.ones(m), integer=True)
     milp.add_row(b.idx, np.ones(m), 1.0, 1.0)
     for k in range(m):
         for j in range(m):
             big = float(y.hi[j] - y.lo[k])
-            if j == k or big <= 0.0:
+            if j == k or big <= -gap:
                 continue
-            # y_k − y_j ≥ −big·(1 − b_k)
+            # y_k − y_j ≥ gap − (big + gap)·(1 − b_k)
             milp.add_row(
-                np.array([y.idx[k], y.idx[j], b.idx[k]]), np.array([1.0, -1.0, -big]), lo=-big
+                np.array([y.idx[k], y.idx[j], b.idx[k]]),
+                np.array([1.0, -1.0, -(big + gap)]),
+                lo=-big,
             )
     return b
 

@@ -192,7 +192,7 @@ class Verifier:
         g_x = encode_network(milp, g, x).out
         milp.add_row(g_x.idx, [1.0], lo=-m)  # x ∈ Inv (first, so LP tightening can use it)
         pol = encode_network(milp, self.policy, x, tighten=self.tighten)
-        x1 = b.encode_step(milp, x, pol.out)
+        x1 = b.encode_step(milp, x, pol.out, tie_gap=max(-m, 0.0))
         if self.tighten:  # successors of Inv only: may rule out leaving B through some faces
             x1 = tighten_columns(milp, x1, only_straddling=False, integer=b.integer)
         g_1 = encode_network(milp, g, x1, tighten=self.tighten).out

@@ -243,6 +243,7 @@ def adversary(model: ShieldModel, probs: np.ndarray, allowed: np.ndarray):
     from safecert.shield.reach import exact_rows, value_iteration
 
     _, q = value_iteration(exact_rows(model, probs), allowed, model.horizon, keep_q=True)
+    assert q is not None
     return lambda t, s: q[model.horizon - 1 - t][s].argmax(axis=1)
 
 
@@ -253,10 +254,11 @@ def competent(model: ShieldModel, probs: np.ndarray, allowed: np.ndarray):
     from safecert.shield.synthesis import goal_policy
 
     plan = goal_policy(model, exact_rows(model, probs))
+    goal = model.goal if model.goal is not None else np.zeros(model.n_states, bool)
 
     def act(t: int, s: np.ndarray) -> np.ndarray:
         a = plan[t][s]
-        stop = ~allowed[s, a] | model.goal[s]
+        stop = ~allowed[s, a] | goal[s]
         return np.where(stop, model.halt, a)
 
     return act

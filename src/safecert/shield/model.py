@@ -372,7 +372,7 @@ class ShieldModel:
         n, m = self.n_states, len(self.actions)
         lists: list[list[np.ndarray]] = [[np.array([])] * m for _ in range(n)]
         for a in range(m):
-            declared = None if a == self.halt else self._declared(a)
+            declared = [] if a == self.halt else self._declared(a)
             for s in range(n):
                 if self.unsafe[s]:
                     lists[s][a] = np.array([s])

@@ -135,7 +135,7 @@ def value_iteration(
     n = rows.n_states
     values = np.zeros(batch + (n + 1,))
     values[..., :n][..., rows.unsafe] = 1.0
-    qs = [] if keep_q else None
+    qs: list[np.ndarray] | None = [] if keep_q else None
     for _ in range(horizon):
         q = np.where(allowed, backup(rows, values), -np.inf)
         if qs is not None:

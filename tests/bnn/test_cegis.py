@@ -155,3 +155,48 @@ def test_absorb_routes_each_counterexample():
     assert absorb(data, bench, SampledViolation("unsafe", np.full(2, 1.2))) == "D_spec(0)"
     assert len(data.ce_x) == 1
     np.testing.assert_array_equal(data.spec_y, [1, 0, 1, 0])
+
+
+def test_safe_exploration_projects_means_and_only_runs_certified_boxes(certified):
+    from safecert.bnn.sampling import safe_exploration
+
+    problem, eps, res = certified
+    bench, spec, g = problem.bench, problem.spec, res.network
+    certified_boxes = []
+
+    def certify(mean):  # re-verify the same invariant for the box around the new means
+        box = spec.box(mean, eps)
+        if isinstance(Verifier(bench, box, time_limit_s=60, first_feasible=False).check(g), Proof):
+            certified_boxes.append(box)
+            return box
+        return None
+
+    def shrink(mean, result):  # gradient of ½‖W‖² on the Bayesian layer: pull weights to 0
+        return [
+            (np.zeros_like(w), np.zeros_like(b)) if k == 0 else (w, np.zeros_like(b))
+            for k, (w, b) in enumerate(mean.layers)
+        ]
+
+    history = safe_exploration(
+        bench,
+        spec,
+        problem.mean,
+        certify,
+        shrink,
+        learning_rate=1.0,
+        iterations=2,
+        rollouts=200,
+        steps=50,
+        rng=np.random.default_rng(3),
+    )
+    assert 1 <= len(history) <= 2
+    for step in history:
+        assert step.unsafe_states == 0
+    first = history[0]
+    # the update μ − 1.0·μ = 0 is projected back into [μ − ε, μ + ε]: it moves by exactly ε
+    moved = first.next_mean.layers[1][0] - first.mean.layers[1][0]
+    np.testing.assert_allclose(np.abs(moved), 0.01, rtol=1e-9)
+    assert first.box.contains(first.next_mean.layers)
+    np.testing.assert_array_equal(first.next_mean.layers[0][0], problem.mean.layers[0][0])
+    for prev, step in zip(history, history[1:], strict=False):
+        assert step.mean is prev.next_mean

@@ -236,7 +236,10 @@ Certify = Callable[[ReluNetwork], WeightBox | None]
 
 @dataclass(frozen=True)
 class ExplorationStep:
+    """One iteration of Alg. 2: the means rolled out, their certified box, the projected update."""
+
     mean: ReluNetwork
+    next_mean: ReluNetwork
     box: WeightBox
     unsafe_states: int
     acceptance_rate: float
@@ -272,6 +275,9 @@ def safe_exploration(
             (w - learning_rate * gw, b - learning_rate * gb)
             for (w, b), (gw, gb) in zip(mean.layers, grads, strict=True)
         ]
-        history.append(ExplorationStep(mean, box, result.unsafe_states, result.acceptance_rate))
-        mean = project_means(proposal, box)
+        projected = project_means(proposal, box)
+        history.append(
+            ExplorationStep(mean, projected, box, result.unsafe_states, result.acceptance_rate)
+        )
+        mean = projected
     return history

@@ -55,7 +55,7 @@ from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import Certificate, Check, make_certificate, write_certificate
 from safecert.config import parse_model
 from safecert.stats.betting import BettingRule
-from safecert.stats.sequential import FAIL, INCONCLUSIVE, PASS, UNDECIDED, Boundaries
+from safecert.stats.sequential import FAIL, PASS, UNDECIDED, Boundaries
 from safecert.stats.sequential_plan import make_rule
 
 NOTE = (
@@ -249,12 +249,14 @@ def cell_decisions(
     return out
 
 
-def sequential_verdict(stage1: str, decisions: list[str]) -> str:
+def sequential_verdict(
+    stage1: str, decisions: list[str]
+) -> Literal["PASS", "FAIL", "INCONCLUSIVE"]:
     """PASS iff stage 1 and every cell pass; FAIL if any of them fails; else INCONCLUSIVE."""
     every = [stage1, *decisions]
     if all(d == PASS for d in every):
-        return PASS
-    return FAIL if FAIL in every else INCONCLUSIVE
+        return "PASS"
+    return "FAIL" if FAIL in every else "INCONCLUSIVE"
 
 
 def sequential_certificate(

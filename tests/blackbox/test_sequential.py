@@ -139,3 +139,32 @@ def test_bad_sequential_table_is_one_line(cli, tmp_path):
     config = _with_sequential(cartpole_run(tmp_path / "b", episodes=20), 'method = "guess"')
     res = cli("certify", str(config), "--out", str(tmp_path / "o2"))
     assert res.code == 2 and "sequential.method" in res.stderr
+
+
+@pytest.mark.parametrize("method", ["mixture", "looks", "betting", "curtail"])
+def test_rounds_do_not_change_decisions(method):
+    """Scheduling in rounds (as certify does) stops at the same index with the same decision as
+    judging the whole sequence at once: rounds only add overshoot, never a different outcome."""
+    import numpy as np
+
+    from safecert.blackbox.sequential import SequentialSettings, round_target
+    from safecert.stats.sequential import UNDECIDED
+
+    rule = make_rule(method, 0.05, 0.1 / 9, 3000)
+    settings = SequentialSettings()
+    rng = np.random.default_rng(4)
+    for p in (0.0, 0.01, 0.04, 0.06, 0.3):
+        for _ in range(5):
+            x = (rng.random(3000) < p).astype(int)
+            whole = rule.decide(x)
+            n = 0
+            while (res := rule.decide(x[:n])).decision == UNDECIDED:
+                target = round_target(rule, settings, n, int(x[:n].sum()))
+                assert target > n
+                n = target
+            assert (res.decision, res.episodes, res.failures) == (
+                whole.decision,
+                whole.episodes,
+                whole.failures,
+            )
+            assert n >= res.episodes

@@ -170,14 +170,20 @@ def initial_data(
     return TrainingData(np.concatenate(xs), np.concatenate(ys)), hints
 
 
+#: how limits and runtimes are measured: wall clock, or this process's CPU time (reproducible
+#: budgets on a shared machine; learner, falsifier and HiGHS all run in-process on one thread)
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 @dataclass(frozen=True)
 class CegisSettings:
-    """Limits of one run of Alg. 1 (seconds of wall clock; iterations = learner rounds)."""
+    """Limits of one run of Alg. 1 (seconds on ``clock``; iterations = learner rounds)."""
 
     max_iterations: int = 200
     time_limit_s: float = 300.0
     seed: int = 0
     retrain: bool = True
+    clock: Literal["wall", "cpu"] = "wall"
 
 
 @dataclass
@@ -220,19 +226,20 @@ def cegis(
     learner (the ε search passes the previous invariant); ``hints`` join ``data`` for the first
     fit only (see :func:`initial_data`). Deterministic given ``settings.seed`` and the inputs,
     apart from where wall-clock limits cut the run."""
-    t0 = time.perf_counter()
+    now = CLOCKS[settings.clock]
+    t0, wall0 = now(), time.perf_counter()
     clock = {"learner_s": 0.0, "verifier_s": 0.0, "falsifier_s": 0.0}
     seeds = np.random.SeedSequence(settings.seed).generate_state(settings.max_iterations + 1)
 
     def fit(i: int, start: InvariantNet | None, extra: TrainingData | None = None) -> InvariantNet:
-        t = time.perf_counter()
+        t = now()
         train = data
         if extra is not None:
             train = data.copy()
             train.add_spec(extra.spec_x[extra.spec_y == 1], 1)
             train.add_spec(extra.spec_x[extra.spec_y == 0], 0)
         out = learner.fit(train, int(seeds[i]), init=start)
-        clock["learner_s"] += time.perf_counter() - t
+        clock["learner_s"] += now() - t
         return out
 
     base_limit = getattr(verifier, "time_limit_s", None)
@@ -241,20 +248,24 @@ def cegis(
 
     def done(verdict: Literal["SAFE", "UNKNOWN"], reason: str) -> CegisResult:
         result.verdict, result.reason, result.invariant = verdict, reason, g
-        result.runtimes_s = {**clock, "total_s": time.perf_counter() - t0}
+        result.runtimes_s = {
+            **clock,
+            "total_s": now() - t0,
+            "wall_s": time.perf_counter() - wall0,
+        }
         log.info("cegis: %s after %d iterations (%s)", verdict, result.iterations, reason)
         return result
 
     for it in range(1, settings.max_iterations + 1):
-        elapsed = time.perf_counter() - t0
+        elapsed = now() - t0
         if elapsed > settings.time_limit_s:
             return done("UNKNOWN", f"time limit {settings.time_limit_s:g} s reached")
         result.iterations = it
         net = g.network()
         if falsifier is not None and settings.retrain:
-            t = time.perf_counter()
+            t = now()
             found = falsifier.find(net)
-            clock["falsifier_s"] += time.perf_counter() - t
+            clock["falsifier_s"] += now() - t
             if found:
                 for v in found:
                     absorb(data, bench, v)
@@ -262,12 +273,12 @@ def cegis(
                 _report(progress, it, f"{len(found)} sampled violations")
                 g = fit(it, g)
                 continue
-        remaining = settings.time_limit_s - (time.perf_counter() - t0)
+        remaining = settings.time_limit_s - (now() - t0)
         if base_limit is not None:  # no MILP may outlive the run's own limit
             verifier.time_limit_s = max(1.0, min(base_limit, remaining))  # type: ignore[attr-defined]
-        t = time.perf_counter()
+        t = now()
         verdict = verifier.check(net)
-        clock["verifier_s"] += time.perf_counter() - t
+        clock["verifier_s"] += now() - t
         result.verifier_calls += 1
         if isinstance(verdict, Proof):
             result.proof = verdict

@@ -22,6 +22,7 @@ Example (``examples/bnn/lds.toml``)::
     total_s = 1800              # the whole ε search
     solver_s = 120              # one MILP
     max_iterations = 200        # CEGIS iterations per ε
+    clock = "wall"              # or "cpu": limits in this process's CPU seconds (shared machines)
 
 ``--benchmark NAME`` builds the same model from the published setup (:func:`benchmark_config`).
 """
@@ -120,6 +121,7 @@ class LimitsConfig(_Model):
     total_s: float = Field(1800.0, gt=0)
     solver_s: float = Field(120.0, gt=0)
     max_iterations: int = Field(200, ge=1)
+    clock: Literal["wall", "cpu"] = Field("wall", description="cpu: budgets in process CPU time")
 
 
 class InvariantConfig(_Model):

@@ -117,6 +117,7 @@ def run_verify(cfg: Any, config_path: Path | None, out: Path, *, quiet: bool) ->
             ladder,
             total_time_s=cfg.limits.total_s if cfg.search.enabled else cfg.limits.per_epsilon_s,
             bisection_steps=cfg.search.bisection_steps if cfg.search.enabled else 0,
+            clock=cfg.limits.clock,
         )
     if policy_path is not None:
         shutil.copyfile(policy_path, out / "policy.npz")

@@ -1,11 +1,13 @@
 """Batched lockstep rollouts vs one observation per oracle call, for an ONNX and an HTTP policy.
 
-The same episodes (same seeds, so the same outcomes) are run by ``safecert certify`` on one
+The same episodes (same seeds, so the same outcomes) are run by the certify runner on one
 worker with ``batch_size = 1`` (one observation per oracle call) and ``batch_size = B`` (B env
 copies stepped in lockstep, one call answers all live copies), in the same process, one after
 the other; the ratio of wall times is the speed-up. Policies are BB-core's bundled vendors:
 
 - ONNX: ``examples/vendors/cheetah_fast.onnx`` on ``SafeHalfCheetahVelocity-v0`` (MuJoCo);
+- ONNX on a cheap env: a 14→64→64→2 tanh MLP exported here with torch (random weights; only
+  the speed matters) on ``SafePointGoal-v0``, where the oracle call, not the simulator, dominates;
 - HTTP: ``examples/vendors/http_vendor.py --policy point:hazard_avoider`` (FastAPI + uvicorn on
   127.0.0.1, an ephemeral port) on ``SafePointGoal-v0``.
 
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 from safecert.blackbox.backends import LocalBackend
-from safecert.blackbox.certify import certify
+from safecert.blackbox.certify import make_context, open_store, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORS = ROOT / "examples" / "vendors"
@@ -44,6 +46,20 @@ p_star = 0.10
 goal = "no_termination"
 """
 
+ONNX_POINT = """
+policy = "onnx:{model}"
+env = "SafePointGoal-v0"
+env_kwargs = {{ layout_seed = 0 }}
+episodes = {episodes}
+seed = 0
+max_steps = 100
+batch_size = {batch}
+[spec]
+budget = 5.0
+p_star = 0.10
+goal = "info:is_success"
+"""
+
 HTTP = """
 policy = "{url}"
 env = "SafePointGoal-v0"
@@ -60,14 +76,48 @@ goal = "info:is_success"
 """
 
 
-def timed(template: str, folder: Path, name: str, **fmt) -> tuple[float, dict]:
+def timed(template: str, folder: Path, name: str, **fmt) -> tuple[float, list]:
+    """Wall time of running every episode of the config on one local worker (rollouts only:
+    planning, the oracle probe and the report are outside the timer)."""
     config = folder / f"{name}.toml"
     config.write_text(template.format(**fmt))
+    plan = plan_run(config)
+    with open_store(plan, folder / name, resume=False) as store:
+        ctx = make_context(plan, store)
+    jobs = plan.all_jobs()
     start = time.perf_counter()
-    cert = certify(config, folder / name, backend=LocalBackend(1), progress=False)
+    records = list(LocalBackend(1).run(jobs, ctx))
     seconds = time.perf_counter() - start
-    cells = [(c["episodes"], c["failures"]) for c in cert.result["cells"]]
-    return seconds, {"cells": cells, "verdict": cert.verdict}
+    outcomes = sorted((r.cell, r.index, r.goal, r.cost, r.steps) for r in records)
+    return seconds, outcomes
+
+
+def export_point_mlp(path: Path) -> Path:
+    import warnings
+
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(14, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 2),
+        torch.nn.Tanh(),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net,
+            torch.zeros(1, 14),
+            path,
+            input_names=["obs"],
+            output_names=["act"],
+            dynamic_axes={"obs": {0: "batch"}, "act": {0: "batch"}},
+            dynamo=False,
+        )
+    return path
 
 
 def start_vendor() -> tuple[subprocess.Popen, str]:
@@ -99,9 +149,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         proc, url = start_vendor()
+        model = export_point_mlp(folder / "point_mlp.onnx")
         try:
             for kind, template, extra in (
                 ("onnx", ONNX, {"vendors": VENDORS}),
+                ("onnx_point_mlp", ONNX_POINT, {"model": model}),
                 ("http", HTTP, {"url": url}),
             ):
                 one, r1 = timed(

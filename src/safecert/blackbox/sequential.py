@@ -137,15 +137,16 @@ def outcomes_prefix(records: list[EpisodeRecord], budget: float) -> np.ndarray:
     return failure_flags(ordered[:n], budget)[2].astype(np.int64)
 
 
-def earliest_stop(rule: Rule, episodes: int, failures: int) -> int:
-    """The first check after ``episodes`` at which the cell could possibly stop."""
+def earliest_stop(rule: Rule, episodes: int, failures: int, *, pass_only: bool = False) -> int:
+    """The first check after ``episodes`` at which the cell could possibly stop (with
+    ``pass_only``: could PASS, when it still can before the cap)."""
     if not isinstance(rule, Boundaries):
         return min(rule.cap, episodes + 1)
     later = rule.checks > episodes
     n = rule.checks[later]
-    possible = (failures <= rule.pass_max[later]) | (
-        failures + (n - episodes) >= rule.fail_min[later]
-    )
+    possible = failures <= rule.pass_max[later]
+    if not (pass_only and possible.any()):
+        possible = possible | (failures + (n - episodes) >= rule.fail_min[later])
     return int(n[np.argmax(possible)]) if possible.any() else rule.cap
 
 
@@ -154,7 +155,10 @@ def round_target(rule: Rule, settings: SequentialSettings, episodes: int, failur
     if isinstance(rule, Boundaries) and rule.method == "looks":
         return earliest_stop(rule, episodes, failures)
     grown = max(episodes + settings.min_round, math.ceil(episodes * settings.round_growth))
-    return min(rule.cap, max(earliest_stop(rule, episodes, failures), grown))
+    # no failure after a first round: the cell is heading for PASS, so run up to the first point
+    # where it could pass (a FAIL before that would need a run of failures)
+    pass_only = failures == 0 and episodes >= settings.min_round
+    return min(rule.cap, max(earliest_stop(rule, episodes, failures, pass_only=pass_only), grown))
 
 
 def family(plan: RunPlan) -> tuple[list[int], int]:

@@ -105,7 +105,8 @@ def test_no_retraining_ablation_stops_with_unknown_never_unsafe():
     assert res.verifier_calls == 1 and res.iterations == 1
 
 
-def test_time_limit_gives_unknown():
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_time_limit_gives_unknown(clock):
     bench = get_benchmark("lds")
     cfg = benchmark_config("lds")
     mean, _ = load_policy_network(cfg, None)
@@ -117,9 +118,10 @@ def test_time_limit_gives_unknown():
         Verifier(bench, box, time_limit_s=30),
         bench,
         data,
-        CegisSettings(max_iterations=50, time_limit_s=0.0),
+        CegisSettings(max_iterations=50, time_limit_s=0.0, clock=clock),
     )
     assert res.verdict == "UNKNOWN" and "time limit" in res.reason
+    assert res.runtimes_s["wall_s"] > 0 and res.verifier_calls == 0
 
 
 def test_falsifier_finds_planted_violations():

@@ -86,12 +86,51 @@ def run_config(verifier: Verifier, g: ReluNetwork, solver: str, first: bool, lim
     }
 
 
+def proof_rows(paths: list[Path], limit: float) -> list[dict]:
+    """Proof-side timings: the closure query of *certified* invariants (a bnn ``certificate.json``
+    written by ``safecert bnn verify``), per configuration; these queries are infeasible."""
+    rows = []
+    for path in paths:
+        cert = json.loads(path.read_text())
+        res = cert["result"]
+        policy_name = cert["parameters"]["policy"].removeprefix("benchmark:")
+        eps = (
+            f"{res['epsilon']['value']}sigma"
+            if res["epsilon"]["unit"] == "sigma"
+            else str(res["epsilon"]["value"])
+        )
+        bench, policy = get_benchmark(policy_name), load_policy(policy_name)
+        box = default_spec(policy_name).box(policy, eps)
+        g = ReluNetwork.from_lists(res["invariant"]["layers"])
+        for solver, tighten in (("highs", False), ("highs", True), ("scip", False), ("scip", True)):
+            v = Verifier(bench, box, solver=solver, tighten=tighten, time_limit_s=limit)
+            row = run_config(v, g, solver, True, limit)
+            rows.append({"policy": policy_name, "epsilon": eps, "proof": str(path), **row})
+            print(
+                f"proof {policy_name:9s} {eps} {solver:5s} tighten={tighten!s:5s} {row['status']:10s} "
+                f"build {row['build_s']:.2f}s solve {row['solve_s']:.2f}s bin {row['n_binaries']}"
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/RESULTS_bnn_verifier.json"))
     ap.add_argument("--limit", type=float, default=60.0, help="time limit per solve, seconds")
     ap.add_argument("--policies", nargs="*", default=list(PAPER_EPS))
+    ap.add_argument(
+        "--certificates",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="bnn certificates: time their proofs",
+    )
+    ap.add_argument("--proofs-only", action="store_true", help="skip the fitted-candidate rows")
     args = ap.parse_args()
+    if args.proofs_only:
+        rows = proof_rows(args.certificates, args.limit)
+        args.out.write_text(json.dumps({"time_limit_s": args.limit, "rows": rows}, indent=1))
+        return
     rng = np.random.default_rng(2021)
     rows = []
     configs = [
@@ -133,8 +172,11 @@ def main() -> None:
                 }
             )
             progress.advance(task)
+    rows += proof_rows(args.certificates, args.limit)
     args.out.write_text(json.dumps({"time_limit_s": args.limit, "rows": rows}, indent=1))
     for r in rows:
+        if "proof" in r:
+            continue
         if "solve_s" in r:
             print(
                 f"{r['policy']:9s} {r['solver']:5s} tighten={r['tighten']!s:5s} first={r['first_feasible']!s:5s} "

@@ -96,3 +96,15 @@ def test_bad_arguments(grid):
         synthesize(model, est, 0.1, method="magic")
     with pytest.raises(ConfigError, match="epsilon"):
         synthesize(model, est, 1.5)
+
+
+@pytest.mark.parametrize("method", ["greedy", "additive", "robust_q"])
+def test_synthesize_on_given_rows(grid, method):
+    """``rows=`` runs the same synthesizer on other sets (the baselines' path): on the true kernel
+    the bound is the exact worst case and the shield is no more restrictive than ours."""
+    model, probs, est = grid
+    rows = exact_rows(model, probs)
+    res = synthesize(model, est, 0.10, method=method, rows=rows)
+    exact, _ = value_iteration(rows, res.allowed, model.horizon)
+    assert res.bound == pytest.approx(exact[model.initial]) and res.bound <= 0.10
+    assert res.forbidden_fraction <= synthesize(model, est, 0.10, method=method).forbidden_fraction

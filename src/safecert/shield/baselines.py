@@ -7,7 +7,7 @@
   the logging controller, it certifies ≈ 0 and forbids nothing.
 * **count threshold** — forbid every non-halt pair seen fewer than ``threshold`` (10) times. No
   certificate (``bound`` is ``None``).
-* **Bayesian Dirichlet** (:func:`dirichlet_rows` + :func:`synthesize_rows`) — per row a Dirichlet(1 + counts) posterior over K(s,a); its credible L1
+* **Bayesian Dirichlet** (:func:`dirichlet_rows` + :func:`synthesized`) — per row a Dirichlet(1 + counts) posterior over K(s,a); its credible L1
   ball (radius = the 1 − δ/R posterior quantile of ‖q − mean‖₁, by Monte Carlo) replaces our
   distribution-free set in the same robust VI and synthesis. The bound is credible, not a
   frequentist guarantee.
@@ -27,7 +27,7 @@ from safecert.shield import synthesis
 from safecert.shield.estimate import RowEstimates, estimate
 from safecert.shield.logs import Step
 from safecert.shield.model import ShieldModel
-from safecert.shield.reach import Rows, full_shield, value_iteration
+from safecert.shield.reach import Rows, full_shield
 from safecert.stats import cp_upper
 
 COUNT_THRESHOLD = 10
@@ -85,29 +85,16 @@ def dirichlet_rows(
     return Rows(succ, valid, mean, radius, model.unsafe.copy(), model.halt)
 
 
-def synthesize_rows(
-    model: ShieldModel, rows: Rows, est: RowEstimates, epsilon: float, method: str
-) -> tuple[np.ndarray, float]:
-    """SH-engine's synthesizer run on other row sets (``synthesis.synthesize`` builds ours from
-    the estimates itself; this reuses its method implementations and occupancy unchanged)."""
-    run = {
-        "greedy": synthesis._greedy,
-        "additive": synthesis._additive,
-        "robust_q": synthesis._robust_q,
-    }[method]
-    cost = synthesis.reference_occupancy(model, rows, est) + 1e-3
-    allowed, _ = run(model, rows, epsilon, cost)
-    values, _ = value_iteration(rows, allowed, model.horizon)
-    bound = float(values[model.initial])
-    if bound > epsilon + synthesis.TOL:
-        allowed = synthesis.all_halt(model)
-        bound = float(value_iteration(rows, allowed, model.horizon)[0][model.initial])
-    return allowed, bound
+def synthesized(
+    name: str, model: ShieldModel, rows: Rows, est: RowEstimates, epsilon: float, method: str
+) -> Baseline:
+    """SH-engine's synthesizer (:func:`synthesis.synthesize`) run on other row sets."""
+    res = synthesis.synthesize(model, est, epsilon, method=method, rows=rows)
+    return Baseline(name, res.allowed, res.bound)
 
 
 def plug_in(model: ShieldModel, full: RowEstimates, epsilon: float, method: str) -> Baseline:
-    allowed, bound = synthesize_rows(model, plug_in_rows(model, full), full, epsilon, method)
-    return Baseline("plug-in", allowed, bound)
+    return synthesized("plug-in", model, plug_in_rows(model, full), full, epsilon, method)
 
 
 def policy_specific(model: ShieldModel, episodes: int, harmed: int) -> Baseline:

@@ -337,8 +337,7 @@ def table3_rows(
     ]
     dir_rows = baselines.dirichlet_rows(model, full, dir_rng)
     for m in methods:
-        allowed, bound = baselines.synthesize_rows(model, dir_rows, full, epsilon, m)
-        shields.append(baselines.Baseline(f"dirichlet ({m})", allowed, bound))
+        shields.append(baselines.synthesized(f"dirichlet ({m})", model, dir_rows, full, epsilon, m))
     out = []
     for sh in shields:
         beh = competent_behaviour(sh.allowed, cfg)

@@ -150,13 +150,20 @@ def synthesize(
     method: str = "greedy",
     rho_min: float = 1e-3,
     occupancy: np.ndarray | None = None,
+    rows: Rows | None = None,
 ) -> ShieldResult:
-    """Least-restrictive shield with V̄_T(s0) ≤ ε (see the module docstring for the methods)."""
+    """Least-restrictive shield with V̄_T(s0) ≤ ε (see the module docstring for the methods).
+
+    ``rows`` replaces the confidence sets built from ``est`` (Lemma 2, :func:`robust_rows`) by
+    other row sets — the plug-in and Dirichlet baselines; ``est`` then only supplies visit counts
+    for the occupancy when the model has no goal. The guarantee ``bound ≤ ε`` is about the sets
+    used; it is a 1 − δ certificate only for the Lemma 2 sets.
+    """
     if method not in METHODS:
         raise ConfigError(f"unknown method {method!r}", field="method", fix=f"use {METHODS}")
     if not 0 <= epsilon < 1:
         raise ConfigError(f"must be in [0, 1), got {epsilon}", field="epsilon")
-    rows = robust_rows(model, est)
+    rows = robust_rows(model, est) if rows is None else rows
     rho = reference_occupancy(model, rows, est) if occupancy is None else occupancy
     cost = rho + rho_min
     run = {"greedy": _greedy, "additive": _additive, "robust_q": _robust_q}[method]

@@ -22,7 +22,7 @@ import numpy as np
 from rich.progress import Progress
 
 from safecert.bnn.dynamics import Benchmark, get_benchmark
-from safecert.bnn.networks import ReluNetwork, default_spec, load_policy
+from safecert.bnn.networks import ReluNetwork, default_spec, forward, load_policy
 from safecert.bnn.solvers import solve
 from safecert.bnn.verifier import Verifier
 
@@ -86,6 +86,21 @@ def run_config(verifier: Verifier, g: ReluNetwork, solver: str, first: bool, lim
     }
 
 
+def sampled_closure_violations(
+    bench: Benchmark, box, g: ReluNetwork, rng: np.random.Generator, n: int = 100_000
+) -> tuple[int, int]:
+    """Independent check of a closure proof: ``n`` states of ``Inv`` (from ``step_box``), a fresh
+    uniform weight draw from the box per batch of 250; returns (violations, samples)."""
+    bad = seen = 0
+    while seen < n:
+        x = bench.step_box.sample(rng, 1000, bench.integer)
+        x = x[g.forward(x)[:, 0] >= 0.0][:250]
+        x1 = bench.step(x, forward(box.sample_uniform(rng), x))
+        bad += int(np.sum((g.forward(x1)[:, 0] < 0.0) | ~bench.in_box(x1)))
+        seen += len(x)
+    return bad, seen
+
+
 def proof_rows(paths: list[Path], limit: float) -> list[dict]:
     """Proof-side timings: the closure query of *certified* invariants (a bnn ``certificate.json``
     written by ``safecert bnn verify``), per configuration; these queries are infeasible."""
@@ -102,10 +117,22 @@ def proof_rows(paths: list[Path], limit: float) -> list[dict]:
         bench, policy = get_benchmark(policy_name), load_policy(policy_name)
         box = default_spec(policy_name).box(policy, eps)
         g = ReluNetwork.from_lists(res["invariant"]["layers"])
+        bad, seen = sampled_closure_violations(bench, box, g, np.random.default_rng(0))
+        print(
+            f"proof {policy_name:9s} {eps} sampled closure: {bad} violations in {seen} (x ∈ Inv, w ∈ box)"
+        )
         for solver, tighten in (("highs", False), ("highs", True), ("scip", False), ("scip", True)):
             v = Verifier(bench, box, solver=solver, tighten=tighten, time_limit_s=limit)
             row = run_config(v, g, solver, True, limit)
-            rows.append({"policy": policy_name, "epsilon": eps, "proof": str(path), **row})
+            rows.append(
+                {
+                    "policy": policy_name,
+                    "epsilon": eps,
+                    "proof": str(path),
+                    "sampled": [bad, seen],
+                    **row,
+                }
+            )
             print(
                 f"proof {policy_name:9s} {eps} {solver:5s} tighten={tighten!s:5s} {row['status']:10s} "
                 f"build {row['build_s']:.2f}s solve {row['solve_s']:.2f}s bin {row['n_binaries']}"

@@ -11,7 +11,13 @@ from safecert.shield import sandbox_model as sm
 from safecert.shield.controllers import Adversary
 from safecert.shield.estimate import estimate
 from safecert.shield.guard import Guard, run_episode
+from safecert.shield.reach import robust_rows
 from safecert.shield.sandbox import TOOLS, Sandbox
+from safecert.shield.synthesis import forbidden_fraction, reachable
+
+
+def pct(model, allowed):
+    return 100.0 * forbidden_fraction(model, allowed)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +84,7 @@ def test_plug_in_and_policy_specific_certify_zero_yet_the_adversary_does_harm(se
     )
     assert plug.bound == 0.0 and pol.bound < 1e-3
     for sh in (plug, pol):
-        assert sm.forbidden_pct(sh.allowed) == 0.0
+        assert pct(model, sh.allowed) == 0.0
         assert sm.exact_risk(model, sh.allowed) > 0.99
         assert _adversary_harm_rate(model, sh.allowed, 20, seed) >= 0.8  # real sandbox
 
@@ -93,12 +99,12 @@ def test_ours_forbids_far_fewer_pairs_than_count_threshold_and_is_safe(logs):
     assert (steps[:, 2] < 16).all()  # logged steps start in working states
     np.add.at(visits, (steps[:, 2], steps[:, 3]), 1)
     expect = 100 * ((visits < 10) & (np.arange(6) != TOOLS.index("halt"))).sum() / 96
-    assert sm.forbidden_pct(count.allowed) == pytest.approx(expect)
-    assert sm.forbidden_pct(count.allowed) == pytest.approx(80.2083, abs=0.01)  # paper: 80.2 %
+    assert pct(model, count.allowed) == pytest.approx(expect)
+    assert pct(model, count.allowed) == pytest.approx(80.2083, abs=0.01)  # paper: 80.2 %
     for method in ("additive", "robust_q"):
         ours = baselines.ours(model, est, 0.05, method)
         assert ours.bound <= 0.05
-        assert sm.forbidden_pct(ours.allowed) * 2.5 < sm.forbidden_pct(count.allowed)
+        assert pct(model, ours.allowed) * 2.5 < pct(model, count.allowed)
         assert sm.exact_risk(model, ours.allowed) <= ours.bound + 1e-12
         assert sm.competent_behaviour(ours.allowed).success > 0.95
 
@@ -114,3 +120,25 @@ def test_table3_rows_for_one_seed():
             assert r["adversary_unsafe"] <= r["bound"] + 1e-12 <= 0.05 + 1e-12
     assert rows["plug-in"]["adversary_unsafe"] > 0.99 and rows["count<10"]["bound"] is None
     assert rows["ours (additive)"]["forbidden_pct"] <= rows["dirichlet (additive)"]["forbidden_pct"]
+
+
+def test_live_pairs_are_the_papers_96_and_one_definition_for_all_shields(logs):
+    model, _, _ = logs
+    assert model.live_pairs == 96 and model.working.sum() == 16
+    assert not model.working[sm.LABELS.index("done")] and not model.working[sm.LABELS.index("harm")]
+    allowed = np.ones(model.k.shape, bool)
+    allowed[sm.LABELS.index("done"), TOOLS.index("read")] = False  # not a live pair
+    allowed[0, TOOLS.index("write")] = False
+    assert pct(model, allowed) == pytest.approx(100 / 96)
+
+
+def test_robust_q_forbids_only_pairs_in_reachable_states(logs):
+    """Pairs in states no controller can reach from s0 cannot change V̄_T(s0): robust-Q must not
+    spend permissiveness on them (it used to forbid 25 % of the live pairs this way)."""
+    model, steps, _ = logs
+    est = estimate(model, sm.as_steps(model, steps))
+    ours = baselines.ours(model, est, 0.05, "robust_q")
+    reach = reachable(model, robust_rows(model, est), ours.allowed)
+    forbidden = np.argwhere(~ours.allowed)
+    assert len(forbidden) and reach[forbidden[:, 0]].all()
+    assert pct(model, ours.allowed) < 10.0

@@ -108,3 +108,25 @@ def test_synthesize_on_given_rows(grid, method):
     exact, _ = value_iteration(rows, res.allowed, model.horizon)
     assert res.bound == pytest.approx(exact[model.initial]) and res.bound <= 0.10
     assert res.forbidden_fraction <= synthesize(model, est, 0.10, method=method).forbidden_fraction
+
+
+def test_goal_reachable_uses_declared_successors_of_vacuous_rows():
+    """Without logs every stochastic row is vacuous; K still says the goal can be reached."""
+    model = grid_model(12_000)
+    rows = robust_rows(model, estimate(model, []))
+    assert goal_reachable(model, rows, np.ones(model.k.shape, bool)) is True
+    assert goal_reachable(model, rows, all_halt(model)) is False
+
+
+def test_goal_reachable_on_the_small_example_log():
+    from pathlib import Path
+
+    from safecert.shield.logs import iter_steps
+    from safecert.shield.model import load_model
+
+    ex = Path(__file__).resolve().parents[2] / "examples" / "shield"
+    model = load_model(ex / "grid.toml")
+    est = estimate(model, iter_steps(ex / "grid_logs.jsonl", model))
+    assert est.missed_budget > 0  # a small log: some rows are vacuous
+    res = synthesize(model, est, 0.2, method="additive")
+    assert res.goal_reachable is True

@@ -108,7 +108,7 @@ def count_threshold(
 ) -> Baseline:
     allowed = full.visits >= threshold
     allowed[:, model.halt] = True
-    allowed[~model.live] = True  # absorbing states: nothing to forbid
+    allowed[~model.working] = True  # unsafe and absorbing states: nothing to decide
     return Baseline(f"count<{threshold}", allowed, None)
 
 

@@ -424,9 +424,19 @@ class ShieldModel:
         return n0.astype(np.int64)
 
     @cached_property
+    def working(self) -> np.ndarray:
+        """States where something is left to decide: not unsafe, and some non-halt action may
+        leave the state (an absorbing goal such as the sandbox's ``done`` is not working)."""
+        moves = np.delete(self.succ, self.halt, axis=1)  # (n, m-1, kmax)
+        here = np.arange(self.n_states)[:, None, None]
+        leaves = ((moves >= 0) & (moves != here)).any(axis=(1, 2))
+        return self.live & leaves
+
+    @cached_property
     def live_pairs(self) -> int:
-        """Number of live state–action pairs (halt included), the denominator of forbidden %."""
-        return int(self.live.sum()) * len(self.actions)
+        """Number of live state–action pairs — every action (halt included) of every working
+        state — the denominator of "forbidden fraction of live pairs" for every shield."""
+        return int(self.working.sum()) * len(self.actions)
 
     def row_label(self, s: int, a: int) -> str:
         return f"{self.labels[s]} · {self.actions[a]}"

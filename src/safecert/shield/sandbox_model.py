@@ -298,11 +298,6 @@ def competent_behaviour(
 WORKING = np.arange(len(LIVE))  # the 16 working states: the paper's 96 live pairs
 
 
-def forbidden_pct(allowed: np.ndarray) -> float:
-    """Percentage of the 96 live (working-state) pairs a shield forbids."""
-    return 100.0 * float((~allowed[WORKING]).sum()) / (len(LIVE) * len(TOOLS))
-
-
 def shield_table(allowed: np.ndarray) -> dict[str, list[str]]:
     """``{label: permitted tools}`` for :class:`safecert.shield.guard.Guard`."""
     return {LABELS[s]: [t for a, t in enumerate(TOOLS) if allowed[s, a]] for s in WORKING}
@@ -320,6 +315,7 @@ def table3_rows(
     bound, the exact worst admissible risk, and the scripted agent's exact behaviour."""
     from safecert.shield import baselines
     from safecert.shield.estimate import estimate
+    from safecert.shield.synthesis import forbidden_fraction
 
     cfg = cfg or SandboxConfig()
     model = load(cfg)
@@ -347,7 +343,7 @@ def table3_rows(
                 "bound": sh.bound,
                 "adversary_unsafe": exact_risk(model, sh.allowed, cfg),
                 "success": beh.success,
-                "forbidden_pct": forbidden_pct(sh.allowed),
+                "forbidden_pct": 100.0 * forbidden_fraction(model, sh.allowed),
                 "intervention_rate": beh.interventions_per_call,
                 "mean_length": beh.mean_length,
             }

@@ -19,8 +19,10 @@ the same logs. Three methods:
   robust Q first), keeping each only if V̄_T(s0) stays ≤ ε. The result is inclusion-maximal: no single
   forbidden pair can be given back (V̄ is monotone in D). Batched exactly: a round evaluates each
   remaining pair alone (failures are final, by monotonicity) and then prefixes of the passing ones.
-* ``"robust_q"`` — the sandbox variant: repeatedly forbid the permitted non-halt pair with the highest
-  robust Q-value of the last backup whose removal keeps the goal reachable; all-halt if none does.
+* ``"robust_q"`` — the sandbox variant: repeatedly forbid the permitted non-halt pair, in a state
+  :func:`reachable` from s0 under the current shield, with the highest robust Q-value of the last
+  backup whose removal keeps the goal reachable; all-halt if none does. (Pairs in unreachable
+  states cannot change V̄_T(s0); removing them only costs permissiveness.)
 """
 
 from __future__ import annotations
@@ -54,9 +56,32 @@ class ShieldResult:
 
 
 def forbidden_fraction(model: ShieldModel, allowed: np.ndarray) -> float:
-    """Forbidden live state–action pairs / all live pairs (halt counted, never forbidden)."""
-    live = model.live
-    return float((~allowed[live]).sum() / max(model.live_pairs, 1))
+    """Forbidden live pairs / all live pairs (:attr:`ShieldModel.live_pairs`: every action of
+    every working state, halt counted and never forbidden). The one definition used for ours and
+    every baseline (the sandbox's 96 live pairs, the grid's 40 × 5)."""
+    return float((~allowed[model.working]).sum() / max(model.live_pairs, 1))
+
+
+def reachable(model: ShieldModel, rows: Rows, allowed: np.ndarray) -> np.ndarray:
+    """States where a decision can be taken at some step 0..T−1 from s0 under ``allowed``:
+    closure of s0 under the declared successors K(s,a) of allowed non-halt actions (any K entry
+    can carry mass in some confidence set), not leaving S_u, at most T − 1 transitions. A pair
+    in any other state cannot change V̄_T(s0)."""
+    n = model.n_states
+    go = allowed.copy()
+    go[:, model.halt] = False
+    go[model.unsafe] = False
+    adj = np.zeros((n + 1, n + 1), dtype=bool)
+    s, a, j = np.nonzero(go[..., None] & rows.valid)
+    adj[s, rows.succ[s, a, j]] = True
+    seen = np.zeros(n + 1, dtype=bool)
+    seen[model.initial] = True
+    for _ in range(model.horizon - 1):
+        new = seen | adj[seen].any(axis=0)
+        if (new == seen).all():
+            break
+        seen = new
+    return seen[:n]
 
 
 def all_halt(model: ShieldModel) -> np.ndarray:
@@ -66,16 +91,25 @@ def all_halt(model: ShieldModel) -> np.ndarray:
 
 
 def _edges(model: ShieldModel, rows: Rows) -> np.ndarray:
-    """Likely outcomes, the edges of "the goal stays reachable": successors with P̂ at least half
+    """The edges of "the goal stays reachable", per row over K(s,a).
+
+    An estimated (or exact) row contributes its likely outcomes: successors with P̂ at least half
     the row's largest P̂ (a grid move's intended cell, not its slips; both outcomes of a fair
-    coin). Vacuous rows contribute no edge: nothing is known about where they lead."""
+    coin). A vacuous row contributes its whole declared K(s,a): nothing was learned beyond K, and
+    K is exactly what the model declares possible. This is a liveness heuristic for the
+    synthesizer (which pairs to prefer keeping), not part of the certificate: treating vacuous
+    rows as leading nowhere would call the goal unreachable whenever a route crosses an unlogged
+    row — e.g. on a small log every shield, the full one included.
+    """
     top = rows.p.max(axis=-1, keepdims=True)
-    return rows.valid & (rows.p > 0) & (rows.p >= 0.5 * top) & ~np.isinf(rows.radius)[..., None]
+    likely = (rows.p > 0) & (rows.p >= 0.5 * top)
+    return rows.valid & (likely | np.isinf(rows.radius)[..., None])
 
 
 def goal_reachable(model: ShieldModel, rows: Rows, allowed: np.ndarray) -> bool | None:
-    """Is some goal state reachable from s0 through likely outcomes of allowed non-halt actions,
-    avoiding S_u? (None when the model has no goal.)"""
+    """Is some goal state reachable from s0 through :func:`_edges` (likely outcomes of estimated
+    rows, the declared K of vacuous rows) of allowed non-halt actions, avoiding S_u? (None when
+    the model has no goal.)"""
     if model.goal is None:
         return None
     possible = _edges(model, rows)
@@ -282,6 +316,7 @@ def _robust_q(model, rows, epsilon, cost):
         if values[model.initial] <= epsilon:
             return allowed, steps
         pairs = _candidates(model, allowed)
+        pairs = pairs[reachable(model, rows, allowed)[pairs[:, 0]]]
         last = q[-1][pairs[:, 0], pairs[:, 1]]
         order = np.lexsort((cost[pairs[:, 0], pairs[:, 1]], -last))
         for i in order:

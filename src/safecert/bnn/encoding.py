@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from safecert.bnn.bounds import interval_affine, lp_tighten, widen
 from safecert.bnn.networks import ReluNetwork, WeightBox
@@ -56,7 +57,7 @@ class Bounded:
         return np.asarray(solution)[self.idx]
 
 
-def new_vars(milp: Milp, lo: np.ndarray, hi: np.ndarray, integer: bool = False) -> Bounded:
+def new_vars(milp: Milp, lo: ArrayLike, hi: ArrayLike, integer: bool = False) -> Bounded:
     lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
     hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
     if integer:
@@ -124,7 +125,7 @@ def interval_layer(
     z_lo, z_hi = interval_affine(x.lo, x.hi, w_lo, w_hi, b_lo, b_hi)
     z = new_vars(milp, z_lo, z_hi)
     wide = w_lo < w_hi  # (in, out)
-    pos, neg = _sign_split(milp, x, wide.any(axis=1))
+    pos, neg = _sign_split(milp, x, np.asarray(wide.any(axis=1)))
     for j in range(z.size):
         fixed = ~wide[:, j]
         if not wide[:, j].any() and b_lo[j] == b_hi[j]:
@@ -258,6 +259,6 @@ def argmax_onehot(milp: Milp, y: Bounded, gap: float = 0.0) -> Bounded:
     return b
 
 
-def state_vars(milp: Milp, lo: np.ndarray, hi: np.ndarray, integer: bool = False) -> Bounded:
+def state_vars(milp: Milp, lo: ArrayLike, hi: ArrayLike, integer: bool = False) -> Bounded:
     """Free input columns ranging over a box (integer points when ``integer``)."""
     return new_vars(milp, lo, hi, integer)

@@ -152,7 +152,7 @@ class ReluNetwork:
             ) from exc
 
     def save_npz(self, path: str | Path) -> None:
-        np.savez(Path(path), **self.to_arrays())
+        np.savez(Path(path), **self.to_arrays())  # type: ignore[arg-type]
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], *, name: str = "network") -> ReluNetwork:

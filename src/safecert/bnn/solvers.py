@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from safecert.errors import SolverError
 
@@ -56,7 +57,7 @@ class Milp:
     def n_integer(self) -> int:
         return int(sum(self.integer))
 
-    def add_vars(self, lo: np.ndarray, hi: np.ndarray, integer: bool = False) -> np.ndarray:
+    def add_vars(self, lo: ArrayLike, hi: ArrayLike, integer: bool = False) -> np.ndarray:
         """New columns with bounds ``lo ≤ x ≤ hi``; returns their indices."""
         lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
         hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
@@ -67,17 +68,17 @@ class Milp:
         return np.arange(start, start + lo.size)
 
     def add_row(
-        self, idx: np.ndarray, coef: np.ndarray, lo: float = -math.inf, hi: float = math.inf
+        self, idx: ArrayLike, coef: ArrayLike, lo: float = -math.inf, hi: float = math.inf
     ) -> None:
-        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
-        coef = np.asarray(coef, dtype=np.float64).reshape(-1)
-        if np.unique(idx).size != idx.size:  # merge repeated columns (solvers reject duplicates)
-            idx, inverse = np.unique(idx, return_inverse=True)
-            coef = np.bincount(inverse, weights=coef, minlength=idx.size)
-        keep = coef != 0.0
-        self.rows.append((idx[keep], coef[keep], float(lo), float(hi)))
+        cols: np.ndarray = np.asarray(idx, dtype=np.int64).reshape(-1)
+        vals: np.ndarray = np.asarray(coef, dtype=np.float64).reshape(-1)
+        if np.unique(cols).size != cols.size:  # merge repeated columns (solvers reject duplicates)
+            cols, inverse = np.unique(cols, return_inverse=True)
+            vals = np.bincount(inverse, weights=vals, minlength=cols.size)
+        keep = vals != 0.0
+        self.rows.append((cols[keep], vals[keep], float(lo), float(hi)))
 
-    def set_objective(self, idx: np.ndarray, coef: np.ndarray, maximize: bool = True) -> None:
+    def set_objective(self, idx: ArrayLike, coef: ArrayLike, maximize: bool = True) -> None:
         self.objective = {}
         for i, c in zip(
             np.asarray(idx).reshape(-1), np.asarray(coef, dtype=np.float64).reshape(-1), strict=True
@@ -254,6 +255,7 @@ def _scip(
         "userinterrupt",
     ):
         sol = m.getBestSol()
+        assert sol is not None  # getNSols() > 0
         values = np.array([sol[v] for v in xs], dtype=np.float64)
         return SolveResult(
             "feasible",

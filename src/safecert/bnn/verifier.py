@@ -315,12 +315,15 @@ def decide(
         milp, replay = build(m)
         res = solve_fn(milp, first)
         rep: ReplayReport | None = None
-        if res.status == "feasible":
+        if res.status == "feasible" and res.values is not None:
             rep = replay(res.values)
             status: CheckStatus = "counterexample" if rep.ok else "spurious"
             detail = rep.detail
         else:
-            status, detail = res.status, res.message  # infeasible / timeout / error
+            status = (
+                "error" if res.status == "feasible" else res.status
+            )  # infeasible / timeout / error
+            detail = res.message
         if step > 0 and status == "infeasible":
             detail = "only violations within the solver margin"
         checks.append(

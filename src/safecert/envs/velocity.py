@@ -10,12 +10,15 @@ Gymnasium v5 reports in ``info`` (torso displacement over one control step, ``dt
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from safecert.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 VELOCITY_THRESHOLDS = {"Hopper": 0.7402, "HalfCheetah": 3.2096, "Ant": 2.6222}
 PLANAR = {"Ant"}
@@ -54,6 +57,27 @@ class VelocityCost(gym.Wrapper):
         return obs, info
 
 
+def _log_mujoco_warning(message: str) -> None:
+    if message not in _SEEN_MUJOCO_WARNINGS:
+        _SEEN_MUJOCO_WARNINGS.add(message)
+        logger.info("mujoco: %s", message.strip())
+
+
+_SEEN_MUJOCO_WARNINGS: set[str] = set()
+
+
+def route_mujoco_warnings() -> None:
+    """Send MuJoCo's compiler warnings to this module's logger, once per distinct message.
+
+    MuJoCo 4 warns on every model compile that Gymnasium's XML uses the deprecated
+    ``settotalmass`` attribute; the default handler prints it to stderr and appends it to
+    ``MUJOCO_LOG.TXT`` in the working directory for every environment copy.
+    """
+    import mujoco
+
+    mujoco.set_mju_user_warning(_log_mujoco_warning)
+
+
 def make_velocity_env(
     robot: str, velocity_threshold: float | None = None, **kwargs: Any
 ) -> VelocityCost:
@@ -70,6 +94,7 @@ def make_velocity_env(
     from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
     from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
 
+    route_mujoco_warnings()
     classes = {"Hopper": HopperEnv, "HalfCheetah": HalfCheetahEnv, "Ant": AntEnv}
     base = classes[robot](**kwargs)
     threshold = VELOCITY_THRESHOLDS[robot] if velocity_threshold is None else velocity_threshold

@@ -1,7 +1,10 @@
 """Speed of the shield engine (targets: 7×7 synthesis ≤ 0.2 s; robust VI with 10^4 states ×
 10 actions × T = 50 ≤ 2 s). Each figure is the median of several runs; the robust VI is also
 timed against a baseline in the same process — the same VI with the generic per-row sort
-(argsort) inner maximisation instead of the sorting network — and reported as a ratio.
+(argsort) inner maximisation instead of the sorting network — and reported as a ratio. Synthesis
+is timed against the implementation of git commit ``BASELINE_COMMIT`` (before the vectorisation
+pass: a fresh base VI every greedy round, a reduction over the short action axis), loaded from git
+history into this process, and must return the same shields.
 
     .venv/bin/python benchmarks/shield_speed.py [--repeats 5]
 """
@@ -12,7 +15,10 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +44,28 @@ def median_time(fn, repeats: int) -> float:
 
 
 WALL: list[float] = []
+BASELINE_COMMIT = "a38a29f"
+
+
+def baseline_synthesis() -> types.ModuleType | None:
+    """``synthesis`` and ``reach`` as of ``BASELINE_COMMIT`` (None outside a git checkout)."""
+    root = Path(__file__).resolve().parents[1]
+    mods = {}
+    for name in ("reach", "synthesis"):
+        try:
+            src = subprocess.run(
+                ["git", "show", f"{BASELINE_COMMIT}:src/safecert/shield/{name}.py"],
+                cwd=root, capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+        except (OSError, subprocess.CalledProcessError):
+            return None
+        mod = types.ModuleType(f"baseline_{name}")
+        if name == "synthesis":
+            src = src.replace("from safecert.shield.reach import", "from baseline_reach import")
+        sys.modules[mod.__name__] = mod
+        exec(compile(src, f"{BASELINE_COMMIT}:{name}.py", "exec"), mod.__dict__)  # noqa: S102
+        mods[name] = mod
+    return mods["synthesis"]
 
 
 def random_rows(rng, n, m, k) -> Rows:
@@ -72,9 +100,18 @@ def main() -> None:
     probs = true_kernel(model)
     est, _ = simulate_logs(model, probs, 12_000, np.random.default_rng(0))
     synth = {}
+    old = baseline_synthesis()
     for m in METHODS:
         cpu = median_time(lambda m=m: synthesize(model, est, 0.10, method=m), args.repeats)
         synth[m] = {"cpu_seconds": cpu, "wall_seconds": WALL[-1]}
+        if old is not None:
+            base = median_time(lambda m=m: old.synthesize(model, est, 0.10, method=m), args.repeats)
+            same = np.array_equal(
+                synthesize(model, est, 0.10, method=m).allowed,
+                old.synthesize(model, est, 0.10, method=m).allowed,
+            )
+            synth[m] |= {"baseline_commit": BASELINE_COMMIT, "baseline_cpu_seconds": base,
+                         "speedup": base / cpu, "same_shield": bool(same)}  # fmt: skip
     rng = np.random.default_rng(1)
     vi = {}
     for k in (3, 5):

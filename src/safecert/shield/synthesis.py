@@ -242,8 +242,8 @@ def _greedy(model, rows, epsilon, cost):
     allowed = np.ones(model.k.shape, dtype=bool)
     s0, live = model.initial, model.live
     steps: list[tuple[int, int]] = []
+    values, q = value_iteration(rows, allowed, model.horizon, keep_q=True)
     while True:
-        values, q = value_iteration(rows, allowed, model.horizon, keep_q=True)
         if values[s0] <= epsilon:
             return allowed, steps
         every = _candidates(model, allowed)
@@ -251,10 +251,11 @@ def _greedy(model, rows, epsilon, cost):
             return all_halt(model), steps
         pairs = every[_effective(q, allowed, every)]
         order = np.array([], dtype=np.int64)
+        cand_q = None
         if len(pairs):
             batch = np.broadcast_to(allowed, (len(pairs),) + allowed.shape).copy()
             batch[np.arange(len(pairs)), pairs[:, 0], pairs[:, 1]] = False
-            cand, _ = value_iteration(rows, batch, model.horizon)
+            cand, cand_q = value_iteration(rows, batch, model.horizon, keep_q=True)
             c = cost[pairs[:, 0], pairs[:, 1]]
             d0 = (values[s0] - cand[:, s0]) / c
             mean = values[: model.n_states][live].mean()
@@ -264,7 +265,7 @@ def _greedy(model, rows, epsilon, cost):
         if not len(order):
             # stall breaker: saturated values (every single removal changes nothing, e.g. two
             # moves into the hazard tie at Q = 1) -> the riskiest pair per cost, summed over k
-            pairs = every
+            pairs, cand_q = every, None
             risk = np.where(np.isfinite(q), q, 0.0)[:, pairs[:, 0], pairs[:, 1]].sum(0)
             order = np.argsort(-risk / cost[pairs[:, 0], pairs[:, 1]], kind="stable")
         chosen = order[0]
@@ -278,6 +279,10 @@ def _greedy(model, rows, epsilon, cost):
         s, a = (int(x) for x in pairs[chosen])
         allowed[s, a] = False
         steps.append((s, a))
+        if cand_q is not None:  # the chosen candidate's VI is the next round's base
+            values, q = cand[chosen], cand_q[:, chosen]
+        else:
+            values, q = value_iteration(rows, allowed, model.horizon, keep_q=True)
 
 
 def _additive(model, rows, epsilon, cost):

@@ -1,14 +1,12 @@
-"""The TOML model: expressions, state enumeration, successor sets, committed budgets."""
+"""The TOML model: state enumeration, successor sets, committed budgets."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from safecert.errors import ConfigError, DataError
-from safecert.shield.model import eval_expression, load_model, model_from_dict
+from safecert.shield.model import load_model, model_from_dict
 
 SANDBOX = {
     "predicates": ["in_prod", "write", "confirmed", "harm"],
@@ -113,26 +111,3 @@ def test_load_model_from_toml(tmp_path):
     assert m.n_states == 2 and m.unsafe.tolist() == [False, True]
     with pytest.raises(ConfigError):
         load_model(tmp_path / "missing.toml")
-
-
-_names = st.sampled_from(["p", "q", "r"])
-
-
-@st.composite
-def _exprs(draw, depth=0):
-    if depth > 3 or draw(st.booleans()):
-        return draw(_names)
-    op = draw(st.sampled_from(["and", "or", "not", "&", "|", "!"]))
-    if op in ("not", "!"):
-        return f"{op} ({draw(_exprs(depth + 1))})"
-    return f"({draw(_exprs(depth + 1))}) {op} ({draw(_exprs(depth + 1))})"
-
-
-@given(_exprs())
-def test_expression_parser_matches_python_semantics(expr):
-    bits = ((np.arange(8)[:, None] >> np.arange(3)) & 1).astype(bool)
-    names = {"p": bits[:, 0], "q": bits[:, 1], "r": bits[:, 2]}
-    got = eval_expression(expr, names, "f")
-    py = expr.replace("&", " and ").replace("|", " or ").replace("!", " not ")
-    want = [eval(py, {}, {k: bool(v[i]) for k, v in names.items()}) for i in range(8)]  # noqa: S307
-    assert got.tolist() == want

@@ -9,8 +9,9 @@ inner maximisation σ) → :mod:`reach` (robust / exact value iteration) → :mo
 from __future__ import annotations
 
 from safecert.shield.estimate import RowEstimates, estimate
+from safecert.shield.expressions import eval_expression
 from safecert.shield.logs import Step, iter_steps
-from safecert.shield.model import ShieldModel, eval_expression, load_model, model_from_dict
+from safecert.shield.model import ShieldModel, load_model, model_from_dict
 
 __all__ = [
     "RowEstimates",

@@ -19,14 +19,13 @@ are absorbing (their only successor is themselves, A2). Rows are indexed ``(s, a
 successor table ``succ[s, a, :k[s, a]]`` lists K(s,a) in a fixed order shared by the estimates and
 the confidence sets. Budgets n0(s,a) are computed here, from the model alone, before any log is read.
 
-Expressions use ``and or not`` (or ``& | ! ~``), parentheses, ``true``/``false``; parsed by a small
-recursive-descent parser (no ``eval``).
+Expressions use ``and or not`` (or ``& | ! ~``), parentheses, ``true``/``false``; parsed by
+:mod:`safecert.shield.expressions` (no ``eval``).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -36,98 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError, DataError, SafecertError
+from safecert.shield.expressions import eval_expression
 
 MAX_PREDICATES = 16
 MAX_TABLE_ENTRIES = 50_000_000
 SINK_LABEL = "⊥"
-
-# ----------------------------------------------------------------------------- expressions
-
-_TOKEN = re.compile(r"\s*(\(|\)|&&|\|\||[&|!~]|[A-Za-z_][A-Za-z0-9_.:\-]*)")
-
-
-def _tokens(text: str, field: str) -> list[str]:
-    out, pos, text = [], 0, text.strip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise ConfigError(
-                f"cannot parse {text!r} at position {pos}",
-                field=field,
-                fix="use names, and/or/not, parentheses",
-            )
-        out.append(m.group(1))
-        pos = m.end()
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-    return out
-
-
-def eval_expression(text: str, names: dict[str, np.ndarray], field: str) -> np.ndarray:
-    """Evaluate a boolean expression over named boolean arrays (vectorised over states).
-
-    Grammar: ``or := and (('or'|'|'|'||') and)*``, ``and := not (('and'|'&'|'&&') not)*``,
-    ``not := ('not'|'!'|'~') not | atom``, ``atom := NAME | true | false | '(' or ')'``.
-    Unknown names raise :class:`ConfigError` naming ``field``.
-    """
-    toks = _tokens(text, field)
-    if not toks:
-        raise ConfigError("empty expression", field=field, fix="write e.g. 'harm' or 'a and not b'")
-    shape = next(iter(names.values())).shape if names else (0,)
-    pos = 0
-
-    def peek() -> str | None:
-        return toks[pos] if pos < len(toks) else None
-
-    def take() -> str:
-        nonlocal pos
-        if pos >= len(toks):
-            raise ConfigError(f"{text!r} ends early", field=field, fix="complete the expression")
-        pos += 1
-        return toks[pos - 1]
-
-    def p_or() -> np.ndarray:
-        val = p_and()
-        while peek() in ("or", "|", "||"):
-            take()
-            val = val | p_and()
-        return val
-
-    def p_and() -> np.ndarray:
-        val = p_not()
-        while peek() in ("and", "&", "&&"):
-            take()
-            val = val & p_not()
-        return val
-
-    def p_not() -> np.ndarray:
-        if peek() in ("not", "!", "~"):
-            take()
-            return ~p_not()
-        return atom()
-
-    def atom() -> np.ndarray:
-        tok = take()
-        if tok == "(":
-            val = p_or()
-            if take() != ")":
-                raise ConfigError(f"missing ')' in {text!r}", field=field)
-            return val
-        if tok in ("true", "false"):
-            return np.full(shape, tok == "true")
-        if tok in names:
-            return names[tok].copy()
-        raise ConfigError(
-            f"unknown name {tok!r} in {text!r}",
-            field=field,
-            fix=f"use one of: {', '.join(sorted(names)[:20])}",
-        )
-
-    val = p_or()
-    if pos != len(toks):
-        raise ConfigError(f"unexpected {toks[pos]!r} in {text!r}", field=field)
-    return val
-
 
 # ----------------------------------------------------------------------------- TOML schema
 

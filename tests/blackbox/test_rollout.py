@@ -26,10 +26,14 @@ def test_records_do_not_depend_on_batch_size_or_workers(tmp_path):
     one = sorted(LocalBackend(1).run(jobs, ctx1), key=lambda r: (r.cell, r.index))
     _, ctx4 = _context(cartpole_run(tmp_path), batch_size=4)
     four = sorted(LocalBackend(1).run(jobs, ctx4), key=lambda r: (r.cell, r.index))
-    two_workers = sorted(
-        LocalBackend(2, chunk_episodes=5).run(jobs, ctx4), key=lambda r: (r.cell, r.index)
-    )
+    with LocalBackend(2, chunk_episodes=5) as two:
+        two_workers = sorted(two.run(jobs, ctx4), key=lambda r: (r.cell, r.index))
+        pool = two._pool
+        again = sorted(two.run(jobs[:7], ctx4), key=lambda r: (r.cell, r.index))
+        assert pool is not None and two._pool is pool  # one pool across calls
+    assert two._pool is None  # closed on exit
     assert one == four == two_workers
+    assert again == [r for r in one if (r.cell, r.index) in {(j.cell, j.index) for j in jobs[:7]}]
     assert len(one) == 4 * 6
     assert len({r.seed for r in one}) == len(one)
     # the perturbed cells really differ from the nominal one

@@ -76,11 +76,12 @@ class _DiesAfter:
         self.left = n
 
     def run(self, jobs, ctx):
-        for record in LocalBackend(1).run(jobs, ctx):
-            if self.left == 0:
-                raise _Interrupted
-            self.left -= 1
-            yield record
+        with LocalBackend(1) as local:
+            for record in local.run(jobs, ctx):
+                if self.left == 0:
+                    raise _Interrupted
+                self.left -= 1
+                yield record
 
 
 def _decisions(cert):

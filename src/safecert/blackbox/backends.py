@@ -110,48 +110,86 @@ def chunked(jobs: Sequence[EpisodeJob], size: int) -> list[list[EpisodeJob]]:
 class LocalBackend:
     """Process-pool backend on this machine; ``workers`` defaults to ``os.cpu_count()``.
 
+    The pool (or, with ``workers = 1``, the in-process :class:`Worker`) is opened lazily on the
+    first :meth:`run` and kept open across calls for the same :class:`RunContext` — a sequential
+    run calls ``run`` once per round. Close it with :meth:`close` or use the backend as a context
+    manager; ``certify`` closes a local backend when it finishes. A ``run`` that stops early
+    (an error, or the caller stops iterating) shuts the pool down so no queued work lingers; the
+    next call opens a fresh one. Outcomes depend only on the seeds, so records never depend on
+    the pool's life.
+
     Chunks hold ``chunk_episodes`` episodes (default: 4 × batch_size, at least 8) so that records
-    reach the store — and the progress bar — steadily.
+    reach the store — and the progress bar — steadily; two chunks per worker are kept in flight.
     """
 
     def __init__(self, workers: int | None = None, chunk_episodes: int | None = None) -> None:
         self.workers = workers or os.cpu_count() or 1
         self.chunk_episodes = chunk_episodes
+        self._ctx: RunContext | None = None
+        self._worker: Worker | None = None
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self, ctx: RunContext) -> None:
+        if self._ctx is not None and self._ctx == ctx:
+            return
+        self.close()
+        if self.workers == 1:
+            self._worker = Worker(ctx)
+        else:
+            mp_ctx = mp.get_context("forkserver")
+            mp_ctx.set_forkserver_preload(["safecert.blackbox.rollout", "safecert.envs"])
+            # processes start on demand, so a run with fewer chunks than workers starts fewer
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=mp_ctx, initializer=_init_worker, initargs=(ctx,)
+            )
+        self._ctx = ctx
 
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
         size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
         chunks = chunked(jobs, size)
         if not chunks:
             return
-        if self.workers == 1:
-            worker = Worker(ctx)
-            try:
-                for chunk in chunks:
-                    yield from worker.run(chunk)
-            finally:
-                worker.close()
-            return
-        mp_ctx = mp.get_context("forkserver")
-        mp_ctx.set_forkserver_preload(["safecert.blackbox.rollout", "safecert.envs"])
-        pool = ProcessPoolExecutor(
-            min(self.workers, len(chunks)),
-            mp_context=mp_ctx,
-            initializer=_init_worker,
-            initargs=(ctx,),
-        )
+        self._open(ctx)
+        finished = False
         try:
-            pending: set[Future] = set()
-            todo = iter(chunks)
-            for chunk in todo:  # keep two chunks per worker in flight
-                pending.add(pool.submit(_run_chunk, chunk))
-                if len(pending) >= 2 * self.workers:
-                    break
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield from fut.result()
-                    nxt = next(todo, None)
-                    if nxt is not None:
-                        pending.add(pool.submit(_run_chunk, nxt))
+            if self._worker is not None:
+                for chunk in chunks:
+                    yield from self._worker.run(chunk)
+            else:
+                yield from self._run_pool(chunks)
+            finished = True
         finally:
+            if not finished:
+                self.close()
+
+    def _run_pool(self, chunks: list[list[EpisodeJob]]) -> Iterator[EpisodeRecord]:
+        assert self._pool is not None
+        pool = self._pool
+        pending: set[Future] = set()
+        todo = iter(chunks)
+        for chunk in todo:  # keep two chunks per worker in flight
+            pending.add(pool.submit(_run_chunk, chunk))
+            if len(pending) >= 2 * self.workers:
+                break
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield from fut.result()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending.add(pool.submit(_run_chunk, nxt))
+
+    def close(self) -> None:
+        """Close the in-process worker or shut the pool down (idempotent)."""
+        worker, pool = self._worker, self._pool
+        self._worker, self._pool, self._ctx = None, None, None
+        if worker is not None:
+            worker.close()
+        if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,10 +302,21 @@ def certify(
     backend = backend or LocalBackend(workers or plan.config.workers)
     if progress is None:
         progress = sys.stderr.isatty()
-    with open_store(plan, out_dir, resume=resume) as store:
+    with open_store(plan, out_dir, resume=resume) as store, closing_local(backend):
         ctx = make_context(plan, store)
         run_jobs(backend, plan.all_jobs(store.done()), ctx, store, progress=progress)
         return finish(plan, store, out_dir)
+
+
+@contextmanager
+def closing_local(backend: Backend) -> Iterator[None]:
+    """Close a :class:`LocalBackend`'s pool when the run ends (a RayBackend passed in is closed by
+    its owner, who may reuse its cluster connection)."""
+    try:
+        yield
+    finally:
+        if isinstance(backend, LocalBackend):
+            backend.close()
 
 
 def replay(config_path: Path, cell: int, index: int) -> EpisodeRecord:

@@ -29,21 +29,18 @@ data-dependent episode count they are descriptive, not anytime-valid (``result.s
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import sys
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from safecert.blackbox.backends import Backend, LocalBackend, _init_worker, _run_chunk, chunked
+from safecert.blackbox.backends import Backend, LocalBackend
 from safecert.blackbox.certify import (
     RunPlan,
     build_certificate,
+    closing_local,
     make_context,
     open_store,
     plan_run,
@@ -89,41 +86,6 @@ class SequentialSettings(BaseModel):
 
 
 Rule = Boundaries | BettingRule
-
-
-class PooledLocalBackend:
-    """A :class:`LocalBackend` whose process pool stays open across rounds.
-
-    ``LocalBackend.run`` opens a pool per call, which costs seconds per round on a loaded
-    machine; a sequential run calls ``run`` once per round. Same workers, same chunks, same
-    records (outcomes depend only on the seeds). Close with :meth:`close`.
-    """
-
-    def __init__(self, local: LocalBackend) -> None:
-        self.local = local
-        self.pool: ProcessPoolExecutor | None = None
-
-    def run(self, jobs, ctx):
-        size = self.local.chunk_episodes or max(8, 4 * ctx.config.batch_size)
-        chunks = chunked(jobs, size)
-        if self.pool is None:
-            mp_ctx = mp.get_context("forkserver")
-            mp_ctx.set_forkserver_preload(["safecert.blackbox.rollout", "safecert.envs"])
-            self.pool = ProcessPoolExecutor(
-                self.local.workers, mp_context=mp_ctx, initializer=_init_worker, initargs=(ctx,)
-            )
-        futures = [self.pool.submit(_run_chunk, chunk) for chunk in chunks]
-        try:
-            for fut in as_completed(futures):
-                yield from fut.result()
-        finally:
-            for fut in futures:
-                fut.cancel()
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
 
 
 def outcomes_prefix(records: list[EpisodeRecord], budget: float) -> np.ndarray:
@@ -196,9 +158,7 @@ def certify_sequential(
     phases = [[plan.stage1_cell], [c for c in cells if c != plan.stage1_cell]]
     budget = plan.config.spec.budget
     rounds = 0
-    if isinstance(backend, LocalBackend) and backend.workers > 1:
-        backend = PooledLocalBackend(backend)
-    with open_store(plan, out_dir, resume=resume) as store, _closing(backend):
+    with open_store(plan, out_dir, resume=resume) as store, closing_local(backend):
         ctx = make_context(plan, store)
         for phase in phases:
             while True:
@@ -221,16 +181,6 @@ def certify_sequential(
 
         write_report(cert, store.records(), Path(out_dir), config_path=plan.config_path)
     return cert
-
-
-@contextmanager
-def _closing(backend: Backend) -> Iterator[None]:
-    """Close a backend this module wrapped (a RayBackend passed in is closed by its owner)."""
-    try:
-        yield
-    finally:
-        if isinstance(backend, PooledLocalBackend):
-            backend.close()
 
 
 def cell_decisions(

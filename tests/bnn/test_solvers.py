@@ -93,3 +93,31 @@ def test_duplicate_columns_in_a_row_are_merged() -> None:
     milp.add_row(np.array([x[0], x[1], x[0]]), np.array([1.0, 1.0, 1.0]), hi=4.0)  # 2·x0 + x1 ≤ 4
     milp.set_objective(x[:1], [1.0])
     assert solve(milp).objective == pytest.approx(2.0)
+
+
+def test_solver_sessions_print_nothing_on_stdout() -> None:
+    """The HiGHS banner (printed while a process builds its first instance) must not reach
+    stdout, whether the first instance is a MILP solve or an LP session."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from safecert.bnn.solvers import LpSession, Milp, solve\n"
+        "m = Milp(); x = m.add_vars([0, 0], [1, 1], integer=True)\n"
+        "m.add_row(x, [1, 1], hi=1); m.set_objective(x, [1, 2])\n"
+        "{first}\n"
+        "assert solve(m, 'highs').objective == 2\n"
+        "assert LpSession(m).optimum(1, True) == 1\n"
+    )
+    for first in ("LpSession(m)", "solve(m, 'highs')"):
+        res = subprocess.run(
+            [sys.executable, "-c", code.format(first=first)], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == ""
+    # the banner really is printed by a bare first instance (so the test above can fail)
+    bare = subprocess.run(
+        [sys.executable, "-c", "import highspy; highspy.Highs()"], capture_output=True, text=True
+    )
+    assert "HiGHS" in bare.stdout

@@ -20,15 +20,22 @@ is re-checked in float64 by :mod:`safecert.bnn.replay`.
 
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from safecert.errors import SolverError
+
+if TYPE_CHECKING:
+    import highspy
 
 SOLVERS = ("highs", "scip")
 Status = Literal["infeasible", "feasible", "timeout", "error"]
@@ -140,14 +147,49 @@ class SolveResult:
         return self.status == "feasible"
 
 
+_BANNER_LOCK = threading.Lock()
+_banner_done = False
+
+
+def new_highs(threads: int = 1) -> highspy.Highs:
+    """A silent ``highspy.Highs`` instance on ``threads`` threads.
+
+    HiGHS 1.16 writes its banner to C ``stdout`` while the *first* instance of a process is built,
+    before any option can be set. That first construction therefore runs with file descriptor 1
+    pointed at ``os.devnull`` (C buffers flushed before the descriptor is restored), so nothing a
+    solver does reaches stdout — ``--json`` output stays parseable. Later instances print nothing
+    with ``output_flag`` off and are built directly.
+    """
+    import highspy
+
+    global _banner_done
+    with _BANNER_LOCK:
+        if _banner_done:
+            h = highspy.Highs()
+        else:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, 1)
+                h = highspy.Highs()
+                ctypes.CDLL(None).fflush(None)
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+                os.close(null)
+            _banner_done = True
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", threads)
+    return h
+
+
 def _highs(
     milp: Milp, time_limit_s: float | None, stop_at_first: bool, gap: float, threads: int
 ) -> SolveResult:
     import highspy
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", threads)
+    h = new_highs(threads)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("mip_rel_gap", gap)
     if time_limit_s is not None:
@@ -299,10 +341,8 @@ class LpSession:
     def __init__(self, milp: Milp) -> None:
         import highspy
 
-        self._h = highspy.Highs()
+        self._h = new_highs(1)
         h = self._h
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
         lp = highspy.HighsLp()
         lp.num_col_ = milp.n_vars
         lp.num_row_ = milp.n_rows

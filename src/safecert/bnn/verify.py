@@ -22,10 +22,6 @@ nothing, so only its inputs are checked.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,24 +38,6 @@ if TYPE_CHECKING:
 
 CONDITIONS = ("closure", "initial", "unsafe")
 POLICY_FILE = "policy.npz"
-
-
-@contextlib.contextmanager
-def stdout_to_stderr(active: bool = True) -> Iterator[None]:
-    """Point file descriptor 1 at stderr while solvers run: native libraries (HiGHS prints a
-    banner when its first instance is built) must not corrupt JSON printed on stdout."""
-    if not active:
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def epsilon_record(eps: Epsilon, spec: BayesianSpec) -> dict[str, Any]:
@@ -195,8 +173,7 @@ def check(
         return report
     solver = str(cert.result.get("solver", "highs"))
     margin = float(cert.result.get("verifier_margin", 1e-6))
-    with stdout_to_stderr():
-        verdict = Verifier(bench, box, solver=solver, time_limit_s=None, margin=margin).check(g)
+    verdict = Verifier(bench, box, solver=solver, time_limit_s=None, margin=margin).check(g)
     recomputed = check_records(verdict)
     for cond in CONDITIONS:
         ok = recomputed[cond] == "infeasible" and cert.result["checks"].get(cond) == "infeasible"

@@ -81,10 +81,7 @@ def verify(
         )
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from safecert.bnn.verify import stdout_to_stderr
-
-    with stdout_to_stderr(json_out):
-        summary = run_verify(cfg, config, out, quiet=json_out)
+    summary = run_verify(cfg, config, out, quiet=json_out)
     if json_out:
         emit_json(summary)
     else:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import CliResult
+
 POLICIES = '''
 import numpy as np
 
@@ -77,3 +81,21 @@ def cartpole_run(
         CARTPOLE.format(episodes=episodes, seed=seed, max_steps=max_steps, batch_size=batch_size),
         name,
     )
+
+
+@pytest.fixture
+def cli_here(capsys, monkeypatch):
+    """``safecert`` run in this process through ``safecert.cli.main.main`` — the same code path
+    as the ``cli`` fixture's subprocess (exit code, stdout, stderr) without the interpreter and
+    import start-up, with the reproducible timestamp of ``SOURCE_DATE_EPOCH``."""
+    from safecert.cli.main import main
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+
+    def run(*args: object) -> CliResult:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return run

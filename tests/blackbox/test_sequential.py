@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,28 +15,16 @@ from safecert.errors import ConfigError
 from safecert.stats.sequential_plan import make_rule
 from tests.blackbox.pipeline_helpers import cartpole_run
 
-ENV = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
-
 
 def _with_sequential(config: Path, table: str) -> Path:
     config.write_text(config.read_text() + "\n[sequential]\n" + table + "\n")
     return config
 
 
-def test_cli_sequential_certifies_and_verifies(cli, tmp_path):
+def test_cli_sequential_certifies_and_verifies(cli_here, tmp_path):
     config = cartpole_run(tmp_path, episodes=400)
     out = tmp_path / "out"
-    res = cli(
-        "certify",
-        str(config),
-        "--out",
-        str(out),
-        "--sequential",
-        "--json",
-        "--workers",
-        "2",
-        env=ENV,
-    )
+    res = cli_here("certify", config, "--out", out, "--sequential", "--json", "--workers", "2")
     assert res.code in (0, 1), res.stderr
     cert = res.json()
     seq = cert["result"]["sequential"]
@@ -51,7 +38,7 @@ def test_cli_sequential_certifies_and_verifies(cli, tmp_path):
         if c["decision"] == "PASS":
             assert c["upper_bound"] <= 0.3
     assert seq["episodes_run"] < seq["episodes_fixed_n"] / 3  # the point of it
-    ok = cli("verify", str(out / "certificate.json"), "--json")
+    ok = cli_here("verify", str(out / "certificate.json"), "--json")
     assert ok.code == 0 and ok.json()["ok"], ok.stdout
     names = {c["name"] for c in ok.json()["checks"]}
     assert {"sequential rule", "sequential verdict", "cell 0 sequential decision"} <= names
@@ -59,7 +46,7 @@ def test_cli_sequential_certifies_and_verifies(cli, tmp_path):
     data = json.loads((out / "certificate.json").read_text())
     data["result"]["sequential"]["cells"][1]["episodes_used"] -= 1
     (out / "tampered.json").write_text(json.dumps(data))
-    bad = cli("verify", str(out / "tampered.json"), "--json")
+    bad = cli_here("verify", str(out / "tampered.json"), "--json")
     assert bad.code == 1
     failed = [c["name"] for c in bad.json()["checks"] if not c["ok"]]
     assert failed == ["cell 1 sequential decision"]
@@ -132,13 +119,13 @@ def test_looks_rounds_end_at_looks(tmp_path):
         assert c["episodes_run"] in looks and c["episodes_used"] in looks
 
 
-def test_bad_sequential_table_is_one_line(cli, tmp_path):
+def test_bad_sequential_table_is_one_line(cli_here, tmp_path):
     config = _with_sequential(cartpole_run(tmp_path, episodes=20), 'methd = "mixture"')
-    res = cli("certify", str(config), "--out", str(tmp_path / "o"))
+    res = cli_here("certify", str(config), "--out", str(tmp_path / "o"))
     assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "sequential.methd" in res.stderr
     config = _with_sequential(cartpole_run(tmp_path / "b", episodes=20), 'method = "guess"')
-    res = cli("certify", str(config), "--out", str(tmp_path / "o2"))
+    res = cli_here("certify", str(config), "--out", str(tmp_path / "o2"))
     assert res.code == 2 and "sequential.method" in res.stderr
 
 

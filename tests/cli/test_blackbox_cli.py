@@ -6,6 +6,10 @@ import textwrap
 
 import pytest
 
+from tests.blackbox import pipeline_helpers
+
+cli_here = pipeline_helpers.cli_here  # the in-process CLI fixture
+
 GOOD = """
 policy = "python:pol:act"
 env = "CartPole-v1"
@@ -58,12 +62,12 @@ def test_invalid_config_is_exit_2_with_one_line_naming_the_key(cli, tmp_path, ca
     assert not (tmp_path / "out" / "certificate.json").exists()
 
 
-def test_missing_config_and_bad_rejudge_options(cli, tmp_path):
-    res = cli("certify", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o"))
+def test_missing_config_and_bad_rejudge_options(cli_here, tmp_path):
+    res = cli_here("certify", tmp_path / "nope.toml", "--out", tmp_path / "o")
     assert res.code == 2 and "does not exist" in res.stderr
-    res = cli("rejudge", str(tmp_path), "--budget", "-1", "--p-star", "0.05")
+    res = cli_here("rejudge", tmp_path, "--budget", "-1", "--p-star", "0.05")
     assert res.code == 2 and "--budget" in res.stderr
-    res = cli("rejudge", str(tmp_path), "--budget", "1", "--p-star", "0.05")
+    res = cli_here("rejudge", tmp_path, "--budget", "1", "--p-star", "0.05")
     assert res.code == 2 and "certificate" in res.stderr
 
 

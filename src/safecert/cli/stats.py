@@ -8,7 +8,8 @@ import typer
 
 from safecert.cli.output import console, emit_json, table
 from safecert.errors import ConfigError
-from safecert.stats import bonferroni, cp_lower, cp_upper, min_episodes
+
+# safecert.stats imports scipy.stats: imported inside the commands so `safecert --help` is fast
 
 
 def _delta(confidence: float, family_size: int) -> float:
@@ -18,6 +19,8 @@ def _delta(confidence: float, family_size: int) -> float:
         )
     if family_size < 1:
         raise ConfigError(f"{family_size} must be >= 1", field="--family-size", fix="use M >= 1")
+    from safecert.stats import bonferroni
+
     return bonferroni(1.0 - confidence, family_size)
 
 
@@ -53,6 +56,8 @@ def bound(
             field="--failures",
             fix="pass 0 <= K <= N",
         )
+    from safecert.stats import cp_lower, cp_upper
+
     delta = _delta(confidence, family_size)
     result = {
         "failures": failures,
@@ -106,6 +111,8 @@ def plan(
     if method is not None:
         _plan_methods(method, p_star, confidence, family_size, delta, expected_rate, cap, json_out)
         return
+    from safecert.stats import min_episodes
+
     counts = parse_int_list(failures, "--failures")
     plans = [min_episodes(k, p_star, delta) for k in counts]
     result = {

@@ -10,9 +10,12 @@ numeric array with one row per observation and only finite values; anything else
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from safecert.errors import OracleError
 
 
 class OracleFailure(Exception):
@@ -90,3 +93,28 @@ def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
     if not isinstance(doc, dict) or "actions" not in doc:
         raise OracleFailure('reply has no "actions" field')
     return check_actions(doc["actions"], n_rows)
+
+
+def json_call(send: Callable[[bytes], bytes], observations: np.ndarray) -> np.ndarray:
+    """One JSON round trip: encode ``observations``, ``send`` the body, validate the reply.
+
+    Non-finite observations cannot be sent (JSON has no NaN) and fail the call up front."""
+    obs = np.asarray(observations, dtype=np.float64)
+    try:
+        body = encode_request(obs)
+    except ValueError:
+        raise OracleFailure("observations contain non-finite values") from None
+    return decode_reply(send(body), len(obs))
+
+
+def health_check(
+    oracle: Oracle, observations: np.ndarray, what: str, fix: str | None = None
+) -> None:
+    """One real call that must succeed; its :class:`OracleFailure` becomes one set-up error
+    (:class:`safecert.errors.OracleError` on ``policy``) naming ``what`` and the reason."""
+    try:
+        oracle.act(observations)
+    except OracleFailure as exc:
+        raise OracleError(
+            f"{what} failed its health check: {exc.reason}", field="policy", fix=fix
+        ) from None

@@ -17,8 +17,7 @@ from typing import IO
 import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec
-from safecert.blackbox.oracles.base import OracleFailure, decode_reply, encode_request
-from safecert.errors import OracleError
+from safecert.blackbox.oracles.base import OracleFailure, health_check, json_call
 
 _STDERR_TAIL = 2000
 _CHUNK = 1 << 16
@@ -149,23 +148,12 @@ class ExecOracle:
 
     # -- the Oracle protocol ------------------------------------------------------------------
     def act(self, observations: np.ndarray) -> np.ndarray:
-        obs = np.asarray(observations, dtype=np.float64)
-        try:
-            payload = encode_request(obs)
-        except ValueError:
-            raise OracleFailure("observations contain non-finite values") from None
-        return decode_reply(self._round_trip(payload), len(obs))
+        return json_call(self._round_trip, observations)
 
     def probe(self, observations: np.ndarray | None = None) -> None:
         """Start the program and make one real call (``observations``, or a zero-row batch)."""
         obs = np.zeros((0, 0)) if observations is None else observations
-        try:
-            self.act(obs)
-        except OracleFailure as exc:
-            raise OracleError(
-                f"vendor program {' '.join(self.spec.argv)!r} failed its health check: {exc.reason}",
-                field="policy",
-            ) from None
+        health_check(self, obs, f"vendor program {' '.join(self.spec.argv)!r}")
 
     def close(self) -> None:
         """Close the vendor's stdin (a polite end of input), then kill it if it lingers."""

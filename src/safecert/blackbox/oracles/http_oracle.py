@@ -11,8 +11,7 @@ import time
 import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec, expand_env
-from safecert.blackbox.oracles.base import OracleFailure, decode_reply, encode_request
-from safecert.errors import OracleError
+from safecert.blackbox.oracles.base import OracleFailure, health_check, json_call
 
 BACKOFF_BASE_S = 0.05
 BACKOFF_CAP_S = 2.0
@@ -92,24 +91,17 @@ class HttpOracle:
         raise OracleFailure(f"{self.spec.target}: {last} ({tries} attempt{'s' * (tries > 1)})")
 
     def act(self, observations: np.ndarray) -> np.ndarray:
-        obs = np.asarray(observations, dtype=np.float64)
-        try:
-            body = encode_request(obs)
-        except ValueError:
-            raise OracleFailure("observations contain non-finite values") from None
-        return decode_reply(self._post(body), len(obs))
+        return json_call(self._post, observations)
 
     def probe(self, observations: np.ndarray | None = None) -> None:
         """One real request (``observations``, or a zero-row batch) that must get a valid reply."""
         obs = np.zeros((0, 0)) if observations is None else observations
-        try:
-            self.act(obs)
-        except OracleFailure as exc:
-            raise OracleError(
-                f"vendor endpoint failed its health check: {exc.reason}",
-                field="policy",
-                fix="check the URL, that the server is up, and its headers",
-            ) from None
+        health_check(
+            self,
+            obs,
+            "vendor endpoint",
+            fix="check the URL, that the server is up, and its headers",
+        )
 
     def close(self) -> None:
         if self._client is not None:

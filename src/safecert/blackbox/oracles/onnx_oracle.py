@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec
-from safecert.blackbox.oracles.base import OracleFailure, check_actions
+from safecert.blackbox.oracles.base import OracleFailure, check_actions, health_check
 from safecert.errors import OracleError
 
 
@@ -74,12 +74,7 @@ class OnnxOracle:
             if not all(isinstance(d, int) for d in dims):
                 return
             observations = np.zeros((1, *dims))
-        try:
-            self.act(observations)
-        except OracleFailure as exc:
-            raise OracleError(
-                f"ONNX model failed its health check: {exc.reason}", field="policy"
-            ) from None
+        health_check(self, observations, "ONNX model")
 
     def close(self) -> None:
         self._session = None

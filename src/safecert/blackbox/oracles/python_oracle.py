@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec, import_from
-from safecert.blackbox.oracles.base import OracleFailure, check_actions
+from safecert.blackbox.oracles.base import OracleFailure, check_actions, health_check
 from safecert.errors import OracleError
 
 
@@ -40,12 +40,7 @@ class PythonOracle:
         """Import the callable; with ``observations``, also make one call that must succeed."""
         self._function()
         if observations is not None:
-            try:
-                self.act(observations)
-            except OracleFailure as exc:
-                raise OracleError(
-                    f"policy failed its health check: {exc.reason}", field="policy"
-                ) from None
+            health_check(self, observations, "policy")
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         fn = self._function()

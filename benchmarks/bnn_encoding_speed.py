@@ -22,8 +22,9 @@ import numpy as np
 from rich.progress import Progress
 
 from safecert.bnn.dynamics import Benchmark, get_benchmark
-from safecert.bnn.networks import ReluNetwork, default_spec, forward, load_policy
+from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.solvers import solve
+from safecert.bnn.spec import default_spec
 from safecert.bnn.verifier import Verifier
 
 PAPER_EPS = {

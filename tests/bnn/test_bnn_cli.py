@@ -10,41 +10,15 @@ import pytest
 from safecert.bnn.config import BnnConfig, bayesian_spec, benchmark_config, load_config
 from safecert.bnn.networks import load_policy
 from safecert.errors import ConfigError
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bnn"
-
-FAST = """
-policy = "lds.npz"
-system = "lds"
-epsilon = "0.1sigma"
-[data]
-bootstrap = false
-initial_samples = 300
-unsafe_samples = 300
-[limits]
-per_epsilon_s = 150
-solver_s = 60
-"""
+from tests.bnn.conftest import EXAMPLE
 
 
-@pytest.fixture(scope="module")
-def safe_run(tmp_path_factory):
-    """One real `safecert bnn verify` run (subprocess) on the LDS at a small ε."""
-    from tests.conftest import run_cli
-
-    d = tmp_path_factory.mktemp("bnn")
-    shutil.copyfile(EXAMPLE / "lds.npz", d / "lds.npz")
-    (d / "run.toml").write_text(FAST)
-    res = run_cli("bnn", "verify", str(d / "run.toml"), "--out", str(d / "out"), "--json")
-    return d, res
-
-
-def test_verify_writes_a_safe_certificate_and_picture(safe_run):
-    d, res = safe_run
+def test_verify_writes_a_safe_certificate_and_picture(lds_run):
+    d, res = lds_run.folder, lds_run.result
     assert res.code == 0, res.stderr
-    summary = res.json()
+    summary = res.json()  # stdout is exactly one JSON document (no solver banner)
     assert summary["verdict"] == "SAFE"
-    cert = json.loads((d / "out" / "certificate.json").read_text())
+    cert = json.loads(lds_run.certificate.read_text())
     assert cert["kind"] == "bnn" and cert["verdict"] == "SAFE"
     r = cert["result"]
     assert r["checks"] == {"closure": "infeasible", "initial": "infeasible", "unsafe": "infeasible"}
@@ -56,9 +30,16 @@ def test_verify_writes_a_safe_certificate_and_picture(safe_run):
     assert (d / "out" / "invariant.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_safecert_verify_rechecks_and_catches_tampering(safe_run, cli, tmp_path):
-    d, _ = safe_run
-    ok = cli("verify", str(d / "out" / "certificate.json"), "--json")
+def _verify_in_process(cert: Path, capsys) -> tuple[int, dict]:
+    from safecert.cli.main import main
+
+    capsys.readouterr()
+    code = main(["verify", str(cert), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_safecert_verify_rechecks_and_catches_tampering(lds_run, cli, tmp_path, capsys):
+    ok = cli("verify", str(lds_run.certificate), "--json")  # real subprocess: exit 0, JSON
     assert ok.code == 0, ok.stderr
     names = {c["name"]: c["ok"] for c in ok.json()["checks"]}
     assert names == {
@@ -71,23 +52,23 @@ def test_safecert_verify_rechecks_and_catches_tampering(safe_run, cli, tmp_path)
     }
     # a different invariant (g ≡ 1: Inv = B meets X_u) must fail the re-check
     bad = tmp_path / "bad"
-    shutil.copytree(d / "out", bad)
+    shutil.copytree(lds_run.folder / "out", bad)
     cert = json.loads((bad / "certificate.json").read_text())
     layers = cert["result"]["invariant"]["layers"]
     layers[-1]["W"] = [[0.0] for _ in layers[-1]["W"]]
     layers[-1]["b"] = [1.0]
     (bad / "certificate.json").write_text(json.dumps(cert))
-    res = cli("verify", str(bad / "certificate.json"), "--json")
-    assert res.code == 1
-    failed = {c["name"] for c in res.json()["checks"] if not c["ok"]}
+    code, report = _verify_in_process(bad / "certificate.json", capsys)
+    assert code == 1
+    failed = {c["name"] for c in report["checks"] if not c["ok"]}
     assert "unsafe" in failed
     # a different policy file breaks the hash
     other = tmp_path / "other"
-    shutil.copytree(d / "out", other)
+    shutil.copytree(lds_run.folder / "out", other)
     load_policy("pend").save_npz(other / "policy.npz")
-    res = cli("verify", str(other / "certificate.json"), "--json")
-    assert res.code == 1
-    assert {c["name"] for c in res.json()["checks"] if not c["ok"]} >= {"policy_sha256"}
+    code, report = _verify_in_process(other / "certificate.json", capsys)
+    assert code == 1
+    assert {c["name"] for c in report["checks"] if not c["ok"]} >= {"policy_sha256"}
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import pytest
 
 from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
 from safecert.bnn.dynamics import get_benchmark
-from safecert.bnn.networks import BayesianSpec, Epsilon, parse_epsilon
 from safecert.bnn.search import BnnProblem, search_epsilon
+from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
 from safecert.bnn.verify import (
     POLICY_FILE,
     build_certificate,

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from safecert.bnn.bounds import interval_product_sum, lp_tighten, network_bounds
 from safecert.bnn.encoding import encode_network, state_vars
-from safecert.bnn.networks import BayesianSpec, ReluNetwork
+from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.solvers import Milp
+from safecert.bnn.spec import BayesianSpec
 
 finite = st.floats(min_value=-5, max_value=5, allow_nan=False)
 

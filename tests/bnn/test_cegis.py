@@ -11,15 +11,16 @@ from safecert.bnn.cegis import (
     cegis,
     initial_data,
 )
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, benchmark_config, load_config, load_policy_network
 from safecert.bnn.dynamics import get_benchmark
 from safecert.bnn.learner import Learner, LearnerSettings, TrainingData
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy, closed_loop
 from safecert.bnn.search import BnnProblem
+from safecert.bnn.spec import parse_epsilon
 from safecert.bnn.verifier import Proof, Verifier
-
-EPS = "0.1sigma"
+from safecert.certificate import read_certificate
+from tests.bnn.conftest import EPS
 
 
 def _const(value: float, dim: int = 2) -> ReluNetwork:
@@ -27,37 +28,35 @@ def _const(value: float, dim: int = 2) -> ReluNetwork:
 
 
 @pytest.fixture(scope="module")
-def certified():
-    """Alg. 1 on the LDS at a small ε: one real run, shared by the tests below."""
-    cfg = benchmark_config(
-        "lds",
-        epsilon=EPS,
-        data={"bootstrap": False, "initial_samples": 300, "unsafe_samples": 300},
-        limits={"per_epsilon_s": 120, "solver_s": 60},
-    )
-    mean, _ = load_policy_network(cfg, None)
+def certified(lds_run):
+    """Alg. 1 on the LDS at a small ε — the shared `safecert bnn verify` run (tests/bnn/conftest):
+    the problem it solved, ε, its certificate and the invariant g it exported."""
+    cfg = load_config(lds_run.folder / "run.toml")
+    mean, _ = load_policy_network(cfg, lds_run.folder)
     problem = BnnProblem(get_benchmark("lds"), mean, bayesian_spec(cfg, mean), cfg)
-    from safecert.bnn.networks import parse_epsilon
-
-    eps = parse_epsilon(EPS)
-    return problem, eps, problem.run(eps)
+    cert = read_certificate(lds_run.certificate)
+    g = ReluNetwork.from_lists(cert.result["invariant"]["layers"])
+    return problem, parse_epsilon(EPS), cert, g
 
 
 def test_cegis_certifies_the_lds_and_the_proof_is_reproducible(certified):
-    problem, eps, res = certified
-    assert res.verdict == "SAFE", res.reason
-    assert isinstance(res.proof, Proof)
-    assert {c.condition for c in res.proof.checks} == {"closure", "initial", "unsafe"}
-    assert all(c.status == "infeasible" for c in res.proof.checks)
+    problem, eps, cert, g = certified
+    assert cert.verdict == "SAFE", cert.result.get("reason")
+    checks = cert.result["checks"]
+    assert checks == {"closure": "infeasible", "initial": "infeasible", "unsafe": "infeasible"}
     # an independent verifier run on the exported network agrees
     again = Verifier(problem.bench, problem.box(eps), time_limit_s=None, first_feasible=False)
-    assert isinstance(again.check(res.network), Proof)
-    assert res.runtimes_s["total_s"] >= res.runtimes_s["verifier_s"] > 0
+    proof = again.check(g)
+    assert isinstance(proof, Proof)
+    assert {c.condition for c in proof.checks} == {"closure", "initial", "unsafe"}
+    assert all(c.status == "infeasible" for c in proof.checks)
+    runtimes = cert.result["runtimes_s"]
+    assert runtimes["total_s"] >= runtimes["verifier_s"] > 0
 
 
 def test_certified_invariant_survives_1e5_random_closure_samples(certified):
-    problem, eps, res = certified
-    bench, box, g = problem.bench, problem.box(eps), res.network
+    problem, eps, _, g = certified
+    bench, box = problem.bench, problem.box(eps)
     rng = np.random.default_rng(123)
     # independent route: WeightBox.sample_uniform per weight draw is slow, so draw kernels with
     # plain numpy uniform(lower, upper) per sample, and states by rejection from the box
@@ -74,13 +73,13 @@ def test_certified_invariant_survives_1e5_random_closure_samples(certified):
 
 
 def test_rejection_sampled_closed_loop_has_no_unsafe_state_in_1e5_steps(certified):
-    problem, eps, res = certified
+    problem, eps, _, g = certified
     bench = problem.bench
     policy = SafeBNNPolicy(problem.box(eps), problem.spec, np.random.default_rng(7))
     out = closed_loop(bench, policy, bench.sample_initial(np.random.default_rng(8), 1000), 100)
     assert out.transitions == 100_000
     assert out.unsafe_states == 0
-    assert np.all(res.network.forward(out.states.reshape(-1, 2))[:, 0] >= 0)  # stays in Inv
+    assert np.all(g.forward(out.states.reshape(-1, 2))[:, 0] >= 0)  # stays in Inv
     # at 0.1σ a raw posterior draw lands in the box with probability ~3e-18: joint rejection
     # would never return, the exact per-weight truncation does
     assert policy.expected_acceptance < 1e-15 and policy.acceptance_rate == 0.0
@@ -162,8 +161,8 @@ def test_absorb_routes_each_counterexample():
 def test_safe_exploration_projects_means_and_only_runs_certified_boxes(certified):
     from safecert.bnn.sampling import safe_exploration
 
-    problem, eps, res = certified
-    bench, spec, g = problem.bench, problem.spec, res.network
+    problem, eps, _, g = certified
+    bench, spec = problem.bench, problem.spec
     certified_boxes = []
 
     def certify(mean):  # re-verify the same invariant for the box around the new means

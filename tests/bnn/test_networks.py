@@ -7,17 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from safecert.bnn.networks import (
-    BENCHMARK_POLICIES,
-    BayesianSpec,
-    Epsilon,
-    ReluNetwork,
-    WeightBox,
-    default_spec,
-    forward,
-    load_policy,
-    parse_epsilon,
-)
+from safecert.bnn.networks import BENCHMARK_POLICIES, ReluNetwork, forward, load_policy
+from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox, default_spec, parse_epsilon
 from safecert.errors import ConfigError, DataError
 
 PI0 = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from safecert.bnn.dynamics import Box, Polytope, car, lds
-from safecert.bnn.networks import BayesianSpec, ReluNetwork, default_spec, forward, load_policy
+from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.replay import (
     realise_weights,
     replay_closure,
@@ -14,6 +14,7 @@ from safecert.bnn.replay import (
     replay_unsafe,
     snap_state,
 )
+from safecert.bnn.spec import BayesianSpec, default_spec
 
 
 def _pre(layers, x):

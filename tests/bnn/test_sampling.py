@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from safecert.bnn.networks import BayesianSpec, ReluNetwork, default_spec, load_policy
+from safecert.bnn.networks import ReluNetwork, load_policy
 from safecert.bnn.sampling import (
     SafeBNNPolicy,
     acceptance_probability,
@@ -12,6 +12,7 @@ from safecert.bnn.sampling import (
     network_at,
     project_means,
 )
+from safecert.bnn.spec import BayesianSpec, default_spec
 
 
 def _closed_form(n_weights: int, eps_in_sigma: float) -> float:

@@ -6,8 +6,8 @@ import pytest
 from safecert.bnn.cegis import CegisResult
 from safecert.bnn.invariant import InvariantNet
 from safecert.bnn.learner import TrainingData
-from safecert.bnn.networks import Epsilon
 from safecert.bnn.search import search_epsilon
+from safecert.bnn.spec import Epsilon
 
 
 class Threshold:

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from safecert.bnn.dynamics import get_benchmark
-from safecert.bnn.networks import ReluNetwork, WeightBox, default_spec, forward, load_policy
+from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.replay import ReplayReport
 from safecert.bnn.solvers import Milp, solve
+from safecert.bnn.spec import WeightBox, default_spec
 from safecert.bnn.verifier import Counterexample, Proof, Unknown, Verifier, decide
 from safecert.errors import ConfigError
 from tests.bnn._toy import l1_ball_invariant, toy
@@ -109,6 +110,52 @@ def test_boundary_witnesses_are_replaced_by_robust_ones() -> None:
     verdict = v.check_closure(l1_ball_invariant())
     assert isinstance(verdict, Counterexample) and verdict.replay.ok
     assert verdict.replay.g_x >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "verdict", "n_milps"),
+    [
+        (0.0, 1.0, Counterexample, 1),  # a robust violation: found by the strict question alone
+        (-1.0, 0.0, Unknown, 2),  # only on the margin: strict infeasible, relaxed witness spurious
+        (-1.0, -0.5, Proof, 2),  # none: the proof is the relaxed query's infeasibility
+    ],
+)
+def test_strict_first_order_keeps_the_relaxed_query_for_proofs(lo, hi, verdict, n_milps) -> None:
+    """Violation: x ≥ 0 for x ∈ [lo, hi]; the query relaxed by m asks x ≥ −m; replay: x > 0."""
+    margins = []
+
+    def build(m):
+        margins.append(m)
+        milp = Milp()
+        x = milp.add_vars([lo], [hi])
+        milp.add_row(x, [1.0], lo=-m)
+        milp.set_objective(x, [1.0])
+        return milp, lambda sol: ReplayReport(bool(sol[0] > 0), "x > 0?", np.asarray(sol))
+
+    def solve_fn(m, first):
+        return solve(m, stop_at_first=first)
+
+    got = decide("closure", build, solve_fn, False, 1e-6, 1e-5, strict_first=True)
+    assert isinstance(got, verdict) and len(got.checks) == n_milps
+    assert margins == [-1e-5, 1e-6][:n_milps]  # strict first, then relaxed
+    margins.clear()
+    default = decide("closure", build, solve_fn, False, 1e-6, 1e-5)
+    assert type(default) is type(got) and margins[0] == 1e-6
+
+
+@pytest.mark.parametrize("gain", [0.1, 0.4])
+def test_strict_closure_verifier_agrees_with_the_default(gain) -> None:
+    policy = ReluNetwork([(np.array([[3.0], [3.0]]), np.array([0.0]))])
+    box = _lds_box() if gain == 0.1 else WeightBox.point(policy)
+    verdicts = [
+        Verifier(toy(gain=gain), box, strict_closure=s).check(l1_ball_invariant())
+        for s in (False, True)
+    ]
+    assert type(verdicts[0]) is type(verdicts[1])
+    assert isinstance(verdicts[0], Proof if gain == 0.1 else Counterexample)
+    if isinstance(verdicts[1], Proof):  # both closure queries asked, the relaxed one last
+        closure = [c for c in verdicts[1].checks if c.condition == "closure"]
+        assert [c.status for c in closure] == ["infeasible", "infeasible"]
 
 
 @pytest.mark.parametrize(("name", "seed"), [("lds", 3), ("pend", 3), ("car", 3), ("car", 4)])

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from safecert.bnn.networks import WeightBox
 from safecert.bnn.solvers import LpSession, Milp
+from safecert.bnn.spec import WeightBox
 
 PAD = 1e-9
 

@@ -28,8 +28,9 @@ import numpy as np
 
 from safecert.bnn.dynamics import Benchmark
 from safecert.bnn.learner import TrainingData
-from safecert.bnn.networks import ReluNetwork, WeightBox
+from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import batched_forward, sample_box_weights
+from safecert.bnn.spec import WeightBox
 from safecert.bnn.verifier import Counterexample, Proof, Unknown
 
 if TYPE_CHECKING:

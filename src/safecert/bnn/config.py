@@ -35,14 +35,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from safecert.bnn.networks import (
-    BENCHMARK_POLICIES,
-    BayesianSpec,
-    Epsilon,
-    ReluNetwork,
-    load_policy,
-    parse_epsilon,
-)
+from safecert.bnn.networks import BENCHMARK_POLICIES, ReluNetwork, load_policy
+from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError
 
@@ -91,18 +85,22 @@ def _epsilon(value: str | float) -> Epsilon:
 
 
 class BayesianConfig(_Model):
-    sigma: float | list[float] = Field(0.1, description="σ per Bayesian layer (one or a list)")
-    first_layer: int = Field(1, ge=0, description="index of the first Bayesian layer")
+    sigma: float | list[float] = Field(
+        default=0.1, description="σ per Bayesian layer (one or a list)"
+    )
+    first_layer: int = Field(default=1, ge=0, description="index of the first Bayesian layer")
     bayesian_layers: list[bool] | None = Field(
-        None, description="explicit flags; overrides first_layer"
+        default=None, description="explicit flags; overrides first_layer"
     )
     biases: bool = False
 
 
 class SearchConfig(_Model):
     enabled: bool = False
-    ladder: list[str | float] = Field(default_factory=lambda: list(DEFAULT_LADDER), min_length=1)
-    bisection_steps: int = Field(0, ge=0)
+    ladder: list[str | float] = Field(
+        default_factory=lambda: list[str | float](DEFAULT_LADDER), min_length=1
+    )
+    bisection_steps: int = Field(default=0, ge=0)
 
     @field_validator("ladder")
     @classmethod
@@ -117,11 +115,13 @@ class SearchConfig(_Model):
 
 
 class LimitsConfig(_Model):
-    per_epsilon_s: float = Field(300.0, gt=0)
-    total_s: float = Field(1800.0, gt=0)
-    solver_s: float = Field(120.0, gt=0)
-    max_iterations: int = Field(200, ge=1)
-    clock: Literal["wall", "cpu"] = Field("wall", description="cpu: budgets in process CPU time")
+    per_epsilon_s: float = Field(default=300.0, gt=0)
+    total_s: float = Field(default=1800.0, gt=0)
+    solver_s: float = Field(default=120.0, gt=0)
+    max_iterations: int = Field(default=200, ge=1)
+    clock: Literal["wall", "cpu"] = Field(
+        default="wall", description="cpu: budgets in process CPU time"
+    )
 
 
 class InvariantConfig(_Model):
@@ -129,25 +129,25 @@ class InvariantConfig(_Model):
 
 
 class LearnerConfig(_Model):
-    epochs: int = Field(LearnerSettings.epochs, ge=1)
-    warm_epochs: int = Field(LearnerSettings.warm_epochs, ge=1)
-    batch_size: int = Field(LearnerSettings.batch_size, ge=1)
-    learning_rate: float = Field(LearnerSettings.learning_rate, gt=0)
-    lam: float = Field(LearnerSettings.lam, ge=0)
-    margin: float = Field(0.05, ge=0)
-    threads: int = Field(1, ge=1)
-    retrain: bool = Field(True, description="false = the 'no re-training' ablation")
+    epochs: int = Field(default=LearnerSettings.epochs, ge=1)
+    warm_epochs: int = Field(default=LearnerSettings.warm_epochs, ge=1)
+    batch_size: int = Field(default=LearnerSettings.batch_size, ge=1)
+    learning_rate: float = Field(default=LearnerSettings.learning_rate, gt=0)
+    lam: float = Field(default=LearnerSettings.lam, ge=0)
+    margin: float = Field(default=0.05, ge=0)
+    threads: int = Field(default=1, ge=1)
+    retrain: bool = Field(default=True, description="false = the 'no re-training' ablation")
 
 
 class DataConfig(_Model):
-    initial_samples: int = Field(500, ge=1)
-    unsafe_samples: int = Field(500, ge=1)
+    initial_samples: int = Field(default=500, ge=1)
+    unsafe_samples: int = Field(default=500, ge=1)
     bootstrap: bool = True
-    bootstrap_states: int = Field(2000, ge=0)
-    bootstrap_rollouts: int = Field(4, ge=1)
-    bootstrap_horizon: int = Field(60, ge=1)
+    bootstrap_states: int = Field(default=2000, ge=0)
+    bootstrap_rollouts: int = Field(default=4, ge=1)
+    bootstrap_horizon: int = Field(default=60, ge=1)
     falsifier_samples: int = Field(
-        4000, ge=0, description="sampled closure checks before each MILP"
+        default=4000, ge=0, description="sampled closure checks before each MILP"
     )
 
 

@@ -26,8 +26,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from safecert.bnn.bounds import interval_affine, lp_tighten, widen
-from safecert.bnn.networks import ReluNetwork, WeightBox
+from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.solvers import Milp
+from safecert.bnn.spec import WeightBox
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ lazily.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -36,6 +38,9 @@ class InvariantNet(torch.nn.Module):
         layers = g.layers()          # [(W0 (2,12), b0 (12,)), (W1 (12,1), b1 (1,))]
         g.network().forward(x)       # the same g(x) in float64 NumPy, for the verifier
     """
+
+    in_center: torch.Tensor  # buffers (registered in __init__)
+    in_scale: torch.Tensor
 
     def __init__(
         self,
@@ -73,10 +78,13 @@ class InvariantNet(torch.nn.Module):
         )
         gen = torch.Generator().manual_seed(int(seed))
         with torch.no_grad():
-            for lin in self.linears:
-                bound = 1.0 / np.sqrt(lin.in_features)
+            for lin in self._linears():
+                bound = 1.0 / math.sqrt(lin.in_features)
                 lin.weight.uniform_(-bound, bound, generator=gen)
                 lin.bias.uniform_(-bound, bound, generator=gen)
+
+    def _linears(self) -> list[torch.nn.Linear]:
+        return [cast(torch.nn.Linear, m) for m in self.linears]
 
     @property
     def low(self) -> np.ndarray:
@@ -89,7 +97,7 @@ class InvariantNet(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = (x - self.in_center) / self.in_scale
         last = len(self.linears) - 1
-        for i, lin in enumerate(self.linears):
+        for i, lin in enumerate(self._linears()):
             z = lin(z)
             if i < last:
                 z = torch.relu(z)
@@ -100,7 +108,7 @@ class InvariantNet(torch.nn.Module):
         out: Layers = []
         c = self.in_center.detach().numpy()
         h = self.in_scale.detach().numpy()
-        for i, lin in enumerate(self.linears):
+        for i, lin in enumerate(self._linears()):
             w = lin.weight.detach().numpy().T.copy()  # (in, out)
             b = lin.bias.detach().numpy().copy()
             if i == 0:

@@ -208,4 +208,4 @@ def bootstrap_labels(
     result = closed_loop(bench, policy, np.repeat(x, int(rollouts), axis=0), int(horizon))
     bad = result.unsafe.any(axis=0) | ~bench.in_box(result.states).all(axis=0)
     labels = (~bad.reshape(len(x), int(rollouts)).any(axis=1)).astype(np.float64)
-    return x, labels
+    return x, np.asarray(labels)

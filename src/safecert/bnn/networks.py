@@ -1,4 +1,4 @@
-"""ReLU networks, Bayesian weight specifications and the weight box W_ε (METHODS.md §4).
+"""ReLU networks in Keras layout and the six published benchmark policies (METHODS.md §4).
 
 A :class:`ReluNetwork` is a list of float64 layers ``(W, b)`` in Keras layout: ``W`` has shape
 ``(in, out)`` and a layer computes ``z = x @ W + b``; ReLU follows every layer but the last, whose
@@ -9,22 +9,17 @@ output is linear. Policies and invariant candidates are both ``ReluNetwork`` obj
 * an **invariant candidate** ``g`` is deterministic, has exactly one output, and defines
   ``Inv = {x ∈ B : g(x) ≥ 0}`` over the benchmark's verification box ``B``.
 
-A :class:`BayesianSpec` says which layers carry Bayesian weights, the posterior standard deviation
-σ of each layer, and whether biases are Bayesian too. Given a mean network and an
-:class:`Epsilon` (absolute, or in units of σ as in the paper's Table 1), :meth:`BayesianSpec.box`
-returns the :class:`WeightBox` ``W_ε = Π [μ − ε_k, μ + ε_k]`` (ε_k = ε·σ_k when ε is in σ).
+The Bayesian specification and the weight box ``W_ε`` built around a mean network live in
+:mod:`safecert.bnn.spec`.
 
 Example::
 
     net = load_policy("lds")                 # the published mean weights
-    spec = default_spec("lds")               # σ = 0.1, Bayesian from the second layer on
-    box = spec.box(net, parse_epsilon("1.5sigma"))
     net.forward(np.zeros(2))                 # array([0.069183...])
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -275,155 +270,3 @@ def load_policy(name: str) -> ReluNetwork:
     ref = resources.files("safecert.bnn").joinpath("data", f"{name}.npz")
     with resources.as_file(ref) as path:
         return ReluNetwork.from_npz(path)
-
-
-# ---- ε and the Bayesian specification --------------------------------------------------------
-_EPS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(sigma|σ|s)?\s*$")
-
-
-@dataclass(frozen=True)
-class Epsilon:
-    """Half-width of the weight box: ``value`` absolute, or ``value`` × σ_k per layer."""
-
-    value: float
-    in_sigma: bool
-
-    def for_layer(self, sigma: float) -> float:
-        return self.value * sigma if self.in_sigma else self.value
-
-    def __str__(self) -> str:
-        return f"{self.value:g}sigma" if self.in_sigma else f"{self.value:g}"
-
-
-def parse_epsilon(text: str | float | Epsilon) -> Epsilon:
-    """``"1.5sigma"``, ``"1.5σ"`` → 1.5 σ; ``"0.02"`` or ``0.02`` → absolute. Must be ≥ 0."""
-    if isinstance(text, Epsilon):
-        return text
-    if isinstance(text, int | float):
-        value, in_sigma = float(text), False
-    else:
-        m = _EPS_RE.match(str(text))
-        if m is None:
-            raise ConfigError(
-                f"cannot read epsilon {text!r}",
-                field="epsilon",
-                fix='write a number ("0.05") or "1.5sigma"',
-            )
-        value, in_sigma = float(m.group(1)), m.group(2) is not None
-    if not np.isfinite(value) or value < 0:
-        raise ConfigError(
-            f"epsilon must be finite and ≥ 0, got {value}", field="epsilon", fix="use e.g. 1.5sigma"
-        )
-    return Epsilon(value, in_sigma)
-
-
-@dataclass(frozen=True)
-class WeightBox:
-    """``lower[k] ≤ (W_k, b_k) ≤ upper[k]`` elementwise; ``mean`` is the network it surrounds.
-
-    A layer is *Bayesian* in the box when some of its entries have ``lower < upper``.
-    """
-
-    mean: ReluNetwork
-    lower: tuple[Layer, ...]
-    upper: tuple[Layer, ...]
-
-    def is_bayesian(self, k: int) -> bool:
-        (wl, bl), (wu, bu) = self.lower[k], self.upper[k]
-        return bool(np.any(wl < wu) or np.any(bl < bu))
-
-    def contains(self, layers: Sequence[Layer], atol: float = 0.0) -> bool:
-        """True when every weight lies in the box (up to ``atol``)."""
-        for (w, b), (wl, bl), (wu, bu) in zip(layers, self.lower, self.upper, strict=True):
-            if (
-                np.any(w < wl - atol)
-                or np.any(w > wu + atol)
-                or np.any(b < bl - atol)
-                or np.any(b > bu + atol)
-            ):
-                return False
-        return True
-
-    @staticmethod
-    def point(net: ReluNetwork) -> WeightBox:
-        """The degenerate box {net} (a deterministic network)."""
-        return WeightBox(net, net.layers, net.layers)
-
-    def sample_uniform(self, rng: np.random.Generator) -> list[Layer]:
-        """Weights drawn uniformly from the box (for brute-force checks)."""
-        return [
-            (rng.uniform(wl, wu), rng.uniform(bl, bu))
-            for (wl, bl), (wu, bu) in zip(self.lower, self.upper, strict=True)
-        ]
-
-
-@dataclass(frozen=True)
-class BayesianSpec:
-    """Posterior σ per layer, which layers are Bayesian, and whether their biases are."""
-
-    sigma: tuple[float, ...]
-    bayesian_layers: tuple[bool, ...]
-    bayesian_biases: bool = False
-
-    def __post_init__(self) -> None:
-        if len(self.sigma) != len(self.bayesian_layers):
-            raise ConfigError(
-                f"{len(self.sigma)} sigmas for {len(self.bayesian_layers)} layers",
-                field="bayesian.sigma",
-                fix="give one σ per layer",
-            )
-        if any((not np.isfinite(s)) or s < 0 for s in self.sigma):
-            raise ConfigError(
-                f"σ must be finite and ≥ 0, got {self.sigma}",
-                field="bayesian.sigma",
-                fix="use e.g. 0.1",
-            )
-
-    @classmethod
-    def from_first_bayesian(
-        cls, n_layers: int, sigma: float, first: int, biases: bool = False
-    ) -> BayesianSpec:
-        """Layers ``first, first+1, …`` Bayesian with one σ (the paper's setups)."""
-        flags = tuple(k >= first for k in range(n_layers))
-        return cls(tuple(sigma if f else 0.0 for f in flags), flags, biases)
-
-    def _check(self, net: ReluNetwork) -> None:
-        if len(self.sigma) != len(net.layers):
-            raise ConfigError(
-                f"spec has {len(self.sigma)} layers, network has {len(net.layers)}",
-                field="bayesian.sigma",
-                fix="give one σ per network layer",
-            )
-
-    def box(self, mean: ReluNetwork, epsilon: Epsilon | str | float) -> WeightBox:
-        """``W_ε``: ``μ ± ε_k`` on Bayesian kernels (and biases when ``bayesian_biases``)."""
-        self._check(mean)
-        eps = parse_epsilon(epsilon)
-        lower: list[Layer] = []
-        upper: list[Layer] = []
-        for k, (w, b) in enumerate(mean.layers):
-            e = eps.for_layer(self.sigma[k]) if self.bayesian_layers[k] else 0.0
-            eb = e if self.bayesian_biases else 0.0
-            lower.append((w - e, b - eb))
-            upper.append((w + e, b + eb))
-        return WeightBox(mean, tuple(lower), tuple(upper))
-
-    def sample(self, mean: ReluNetwork, rng: np.random.Generator) -> list[Layer]:
-        """One draw of the weights from the Gaussian posterior N(μ, σ_k²) on the Bayesian parts."""
-        self._check(mean)
-        out: list[Layer] = []
-        for k, (w, b) in enumerate(mean.layers):
-            if self.bayesian_layers[k]:
-                w = w + self.sigma[k] * rng.standard_normal(w.shape)
-                if self.bayesian_biases:
-                    b = b + self.sigma[k] * rng.standard_normal(b.shape)
-            out.append((np.array(w), np.array(b)))
-        return out
-
-
-def default_spec(name: str) -> BayesianSpec:
-    """The published experiments' spec: kernels only; σ = 0.1 from the second layer on
-    (``lds``, ``pend``, ``car``); σ = 0.05 after the fixed ``[I, −I]`` layer (``*_all``)."""
-    net = load_policy(name)
-    sigma = 0.05 if name.endswith("_all") else 0.1
-    return BayesianSpec.from_first_bayesian(len(net.layers), sigma, first=1)

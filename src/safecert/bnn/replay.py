@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from safecert.bnn.dynamics import Benchmark, Box, Polytope
-from safecert.bnn.networks import Layer, ReluNetwork, WeightBox, forward
+from safecert.bnn.networks import Layer, ReluNetwork, forward
+from safecert.bnn.spec import WeightBox
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import erf, ndtr, ndtri
 
-from safecert.bnn.networks import BayesianSpec, ReluNetwork, WeightBox
+from safecert.bnn.networks import ReluNetwork
+from safecert.bnn.spec import BayesianSpec, WeightBox
 from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class ClosedLoopResult:
     @property
     def reached_unsafe(self) -> np.ndarray:
         """Per trajectory: did it ever visit ``X_u``?"""
-        return self.unsafe.any(axis=0)
+        return np.asarray(self.unsafe.any(axis=0))
 
 
 def closed_loop(

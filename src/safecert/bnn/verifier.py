@@ -40,7 +40,7 @@ from safecert.bnn.encoding import (
     state_vars,
     tighten_columns,
 )
-from safecert.bnn.networks import ReluNetwork, WeightBox
+from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.replay import (
     ReplayReport,
     replay_closure,
@@ -49,6 +49,7 @@ from safecert.bnn.replay import (
     replay_unsafe,
 )
 from safecert.bnn.solvers import Milp, SolveResult, solve
+from safecert.bnn.spec import WeightBox
 from safecert.errors import ConfigError
 
 Condition = Literal["closure", "initial", "unsafe", "problem1"]
@@ -127,7 +128,9 @@ class Verifier:
 
     ``solver``: ``"highs"`` (default) or ``"scip"``; ``time_limit_s`` per MILP; ``tighten``: LP-tighten
     the policy's and ``g(x')``'s hidden bounds; ``first_feasible``: stop each solve at its first
-    witness (re-solved to optimality only if that witness does not replay).
+    witness (re-solved to optimality only if that witness does not replay); ``strict_closure``: ask
+    the closure question strictly first (for counterexample generation, see :func:`decide`) — the
+    relaxed query is still the one whose infeasibility makes the proof.
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class Verifier:
         robust_margin: float = 1e-5,
         first_feasible: bool = True,
         threads: int = 1,
+        strict_closure: bool = False,
     ) -> None:
         if policy.mean.in_dim != bench.state_dim or policy.mean.out_dim != bench.n_actions:
             raise ConfigError(
@@ -164,7 +168,7 @@ class Verifier:
         self.bench, self.policy = bench, policy
         self.solver, self.time_limit_s, self.tighten = solver, time_limit_s, tighten
         self.margin, self.first_feasible, self.threads = margin, first_feasible, threads
-        self.robust_margin = robust_margin
+        self.robust_margin, self.strict_closure = robust_margin, strict_closure
 
     # ---- public ---------------------------------------------------------------------------
     def check(self, g: ReluNetwork) -> Verdict:
@@ -236,7 +240,7 @@ class Verifier:
 
             return q.milp, replay
 
-        return self._decide("closure", build)
+        return self._decide("closure", build, strict_first=self.strict_closure)
 
     def check_initial(self, g: ReluNetwork) -> Verdict:
         b = self.bench
@@ -284,9 +288,15 @@ class Verifier:
             threads=self.threads,
         )
 
-    def _decide(self, condition: Condition, build: Builder) -> Verdict:
+    def _decide(self, condition: Condition, build: Builder, strict_first: bool = False) -> Verdict:
         return decide(
-            condition, build, self._solve, self.first_feasible, self.margin, self.robust_margin
+            condition,
+            build,
+            self._solve,
+            self.first_feasible,
+            self.margin,
+            self.robust_margin,
+            strict_first=strict_first,
         )
 
 
@@ -297,6 +307,8 @@ def decide(
     first_feasible: bool,
     margin: float,
     robust_margin: float,
+    *,
+    strict_first: bool = False,
 ) -> Verdict:
     """Decide one question. ``build(m)`` returns the MILP relaxed by ``m`` and its replay.
 
@@ -305,12 +317,20 @@ def decide(
     3. Otherwise the witness sits within the solver's tolerance of the boundary: ask the strict
        question (``m = −robust_margin``), first feasible then optimal, and replay its witness.
        If none replays, the answer is ``Unknown`` with the witnesses in ``spurious``.
+
+    ``strict_first``: ask the strict question first and stop at a witness that replays (one MILP
+    where the relaxed witness would sit on the margin and not replay). Only when it is infeasible
+    (no violation by more than ``robust_margin``) is the relaxed question asked; a proof still
+    needs that relaxed query to be infeasible, so the verdicts are those of the default order.
     """
     checks: list[CheckResult] = []
     spurious: list[ReplayReport] = []
-    attempts = [(margin, first_feasible), (-robust_margin, first_feasible)]
-    if first_feasible:
-        attempts.append((-robust_margin, False))
+    if strict_first:
+        attempts = [(-robust_margin, False), (margin, first_feasible)]
+    else:
+        attempts = [(margin, first_feasible), (-robust_margin, first_feasible)]
+        if first_feasible:
+            attempts.append((-robust_margin, False))
     for step, (m, first) in enumerate(attempts):
         milp, replay = build(m)
         res = solve_fn(milp, first)
@@ -324,8 +344,12 @@ def decide(
                 "error" if res.status == "feasible" else res.status
             )  # infeasible / timeout / error
             detail = res.message
-        if step > 0 and status == "infeasible":
-            detail = "only violations within the solver margin"
+        if status == "infeasible" and m < 0:  # the strict question
+            detail = (
+                "only violations within the solver margin"
+                if step > 0
+                else f"no violation by more than {robust_margin:g}"
+            )
         checks.append(
             CheckResult(
                 condition, status, res.solver, res.runtime_s, milp.n_vars, milp.n_integer, detail
@@ -333,6 +357,8 @@ def decide(
         )
         if rep is not None and rep.ok:
             return Counterexample(condition, rep.x, rep, tuple(checks), rep.x_next)
+        if strict_first and step == 0 and status == "infeasible":
+            continue  # no robust violation: now the relaxed query, whose infeasibility proves
         if rep is None:
             break  # infeasible, timeout or error: nothing more to learn
         spurious.append(rep)

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from safecert.bnn.dynamics import Benchmark, get_benchmark
-from safecert.bnn.networks import BayesianSpec, Epsilon, ReluNetwork, WeightBox
+from safecert.bnn.networks import ReluNetwork
+from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.verifier import Counterexample, Proof, Unknown
 from safecert.certificate import Certificate, Evidence, VerificationReport, sha256_file
 from safecert.errors import DataError

@@ -1,0 +1,62 @@
+"""One certified LDS run shared by the CLI, checker and CEGIS tests.
+
+The run is the real ``safecert bnn verify ... --json`` command in a subprocess. Under
+pytest-xdist every worker would build a session fixture on its own, so the run lives in the
+temporary root all workers share and a file lock makes the first worker do it and the others wait
+for its files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from tests.conftest import CliResult, run_cli
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bnn"
+EPS = "0.1sigma"
+FAST = f"""
+policy = "lds.npz"
+system = "lds"
+epsilon = "{EPS}"
+[data]
+bootstrap = false
+initial_samples = 300
+unsafe_samples = 300
+[limits]
+per_epsilon_s = 150
+solver_s = 60
+"""
+
+
+@dataclass
+class LdsRun:
+    folder: Path  # run.toml, lds.npz and out/ (certificate.json, policy.npz, invariant.png)
+    result: CliResult  # the `safecert bnn verify` subprocess
+
+    @property
+    def certificate(self) -> Path:
+        return self.folder / "out" / "certificate.json"
+
+
+@pytest.fixture(scope="session")
+def lds_run(tmp_path_factory) -> LdsRun:
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    d = root / "bnn_lds_run"
+    with FileLock(str(root / "bnn_lds_run.lock")):
+        done = d / "cli_result.json"
+        if not done.is_file():
+            d.mkdir(exist_ok=True)
+            shutil.copyfile(EXAMPLE / "lds.npz", d / "lds.npz")
+            (d / "run.toml").write_text(FAST)
+            res = run_cli("bnn", "verify", str(d / "run.toml"), "--out", str(d / "out"), "--json")
+            done.write_text(json.dumps(res.__dict__))
+    return LdsRun(d, CliResult(**json.loads(done.read_text())))

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -184,6 +184,26 @@ def new_highs(threads: int = 1) -> highspy.Highs:
     return h
 
 
+def _highs_lp(milp: Milp) -> Any:  # a highspy.HighsLp
+    """The continuous part of ``milp`` as a HiGHS LP: bounds, rows (CSR), zero objective."""
+    import highspy
+
+    lp = highspy.HighsLp()
+    lp.num_col_ = milp.n_vars
+    lp.num_row_ = milp.n_rows
+    lp.col_cost_ = np.zeros(milp.n_vars)
+    lp.col_lower_ = np.asarray(milp.lb)
+    lp.col_upper_ = np.asarray(milp.ub)
+    lp.row_lower_ = np.array([r[2] for r in milp.rows])
+    lp.row_upper_ = np.array([r[3] for r in milp.rows])
+    start, index, value = milp.csr()
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = start
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = value
+    return lp
+
+
 def _highs(
     milp: Milp, time_limit_s: float | None, stop_at_first: bool, gap: float, threads: int
 ) -> SolveResult:
@@ -196,23 +216,11 @@ def _highs(
         h.setOptionValue("time_limit", float(time_limit_s))
     if stop_at_first:
         h.setOptionValue("mip_max_improving_sols", 1)
-    lp = highspy.HighsLp()
-    n = milp.n_vars
-    lp.num_col_ = n
-    lp.num_row_ = milp.n_rows
-    cost = np.zeros(n)
+    lp = _highs_lp(milp)
+    cost = np.zeros(milp.n_vars)
     for i, c in milp.objective.items():
         cost[i] = c
     lp.col_cost_ = cost
-    lp.col_lower_ = np.asarray(milp.lb)
-    lp.col_upper_ = np.asarray(milp.ub)
-    lp.row_lower_ = np.array([r[2] for r in milp.rows])
-    lp.row_upper_ = np.array([r[3] for r in milp.rows])
-    start, index, value = milp.csr()
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = start
-    lp.a_matrix_.index_ = index
-    lp.a_matrix_.value_ = value
     if milp.n_integer:
         lp.integrality_ = [
             highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
@@ -339,24 +347,10 @@ class LpSession:
     valid bound on the MILP's feasible set."""
 
     def __init__(self, milp: Milp) -> None:
-        import highspy
 
         self._h = new_highs(1)
         h = self._h
-        lp = highspy.HighsLp()
-        lp.num_col_ = milp.n_vars
-        lp.num_row_ = milp.n_rows
-        lp.col_cost_ = np.zeros(milp.n_vars)
-        lp.col_lower_ = np.asarray(milp.lb)
-        lp.col_upper_ = np.asarray(milp.ub)
-        lp.row_lower_ = np.array([r[2] for r in milp.rows])
-        lp.row_upper_ = np.array([r[3] for r in milp.rows])
-        start, index, value = milp.csr()
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = start
-        lp.a_matrix_.index_ = index
-        lp.a_matrix_.value_ = value
-        h.passModel(lp)
+        h.passModel(_highs_lp(milp))
         self._n = milp.n_vars
         self._last: int | None = None
 

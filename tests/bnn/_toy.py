@@ -42,3 +42,13 @@ def toy(gain: float, initial: float = 0.3) -> Benchmark:
     return Benchmark(
         "toy", box, box, Box([-initial] * 2, [initial] * 2), unsafe, False, 1, step, encode
     )
+
+
+def pre_activations(layers, x):
+    """Pre-activations of every layer of a Keras-layout ReLU net, computed directly in float64."""
+    zs, a = [], x
+    for k, (w, b) in enumerate(layers):
+        z = a @ w + b
+        zs.append(z)
+        a = np.maximum(z, 0.0) if k < len(layers) - 1 else z
+    return zs

@@ -13,6 +13,7 @@ from safecert.bnn.encoding import encode_network, state_vars
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.solvers import Milp
 from safecert.bnn.spec import BayesianSpec
+from tests.bnn._toy import pre_activations
 
 finite = st.floats(min_value=-5, max_value=5, allow_nan=False)
 
@@ -44,15 +45,6 @@ def _random_box(rng, widths, sigma=0.3):
     return spec.box(net, "1sigma")
 
 
-def _pre_activations(layers, x):
-    zs, a = [], x
-    for k, (w, b) in enumerate(layers):
-        z = a @ w + b
-        zs.append(z)
-        a = np.maximum(z, 0.0) if k < len(layers) - 1 else z
-    return zs
-
-
 def test_network_bounds_sound_for_signed_inputs_and_all_layers_bayesian() -> None:
     rng = np.random.default_rng(0)
     box = _random_box(rng, (3, 8, 6, 2))
@@ -61,7 +53,7 @@ def test_network_bounds_sound_for_signed_inputs_and_all_layers_bayesian() -> Non
     for _ in range(300):
         layers = box.sample_uniform(rng)
         x = rng.uniform(lo, hi, size=(50, 3))
-        for zb, z in zip(bounds, _pre_activations(layers, x), strict=True):
+        for zb, z in zip(bounds, pre_activations(layers, x), strict=True):
             assert np.all(z >= zb.z_lo) and np.all(z <= zb.z_hi)
 
 
@@ -83,7 +75,7 @@ def test_lp_tightening_is_tighter_and_still_sound() -> None:
     for _ in range(300):
         layers = box.sample_uniform(rng)
         xs = rng.uniform(-1, 1, size=(50, 2))
-        for zb, z in zip(tight.pre, _pre_activations(layers, xs), strict=True):
+        for zb, z in zip(tight.pre, pre_activations(layers, xs), strict=True):
             assert np.all(z >= zb.lo) and np.all(z <= zb.hi)
 
 

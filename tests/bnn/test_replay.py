@@ -15,15 +15,7 @@ from safecert.bnn.replay import (
     snap_state,
 )
 from safecert.bnn.spec import BayesianSpec, default_spec
-
-
-def _pre(layers, x):
-    zs, a = [], x
-    for k, (w, b) in enumerate(layers):
-        z = a @ w + b
-        zs.append(z)
-        a = np.maximum(z, 0.0) if k < len(layers) - 1 else z
-    return zs
+from tests.bnn._toy import pre_activations
 
 
 def test_realised_weights_hit_reachable_targets_and_stay_in_the_box() -> None:
@@ -38,10 +30,10 @@ def test_realised_weights_hit_reachable_targets_and_stay_in_the_box() -> None:
     for _ in range(50):
         x = rng.uniform(-2, 2, size=3)
         truth = box.sample_uniform(rng)
-        targets = _pre(truth, x)
+        targets = pre_activations(truth, x)
         weights = realise_weights(box, x, targets)
         assert box.contains(weights)
-        for z, t in zip(_pre(weights, x), targets, strict=True):
+        for z, t in zip(pre_activations(weights, x), targets, strict=True):
             np.testing.assert_allclose(z, t, atol=1e-10)
     far = [np.full(5, 1e3), np.full(2, -1e3)]  # unreachable targets are clipped to the extremes
     assert box.contains(realise_weights(box, x, far))
@@ -53,11 +45,11 @@ def test_closure_replay_accepts_real_and_rejects_fake_violations() -> None:
     box = default_spec("lds").box(net, "0sigma")
     g = ReluNetwork([(np.array([[1.0], [0.0]]), np.array([0.0]))])  # g(x) = x_0
     x = np.array([0.05, -1.0])  # y is very negative: x_0' = x_0 + 0.3·y' + … < 0
-    rep = replay_closure(bench, box, g, x, _pre(net.layers, x))
+    rep = replay_closure(bench, box, g, x, pre_activations(net.layers, x))
     assert rep.ok and rep.g_x >= 0 > rep.g_next
     np.testing.assert_allclose(rep.x_next, bench.step(x, net.forward(x)))
     x_good = np.array([0.5, 0.5])
-    assert not replay_closure(bench, box, g, x_good, _pre(net.layers, x_good)).ok
+    assert not replay_closure(bench, box, g, x_good, pre_activations(net.layers, x_good)).ok
 
 
 def test_initial_and_unsafe_replay() -> None:

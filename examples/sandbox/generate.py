@@ -15,23 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from safecert.shield import sandbox_model as sm
-from safecert.shield.controllers import ScriptedAgent
-from safecert.shield.sandbox import TOOLS, ToolCall
+from safecert.shield.controllers import Explorer, ScriptedAgent
 
 HERE = Path(__file__).resolve().parent
-
-
-class Explorer:
-    """Uniform over read/chmod/write/delete/send (never halts on its own)."""
-
-    def reset(self, rng):
-        self.rng = rng
-
-    def propose(self, sandbox, permitted):
-        return ToolCall(TOOLS[int(self.rng.integers(5))])
-
-    def refused(self, call, reason):
-        pass
 
 
 def main() -> None:

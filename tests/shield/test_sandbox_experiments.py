@@ -12,28 +12,23 @@ from scipy import stats
 
 from safecert.shield import baselines
 from safecert.shield import sandbox_model as sm
-from safecert.shield.controllers import INJECTION, Adversary, InjectedAgent, ScriptedAgent
+from safecert.shield.controllers import (
+    INJECTION,
+    Adversary,
+    Explorer,
+    InjectedAgent,
+    ScriptedAgent,
+)
 from safecert.shield.estimate import estimate
 from safecert.shield.guard import Guard, run_episode
 from safecert.shield.logs import iter_steps
 from safecert.shield.model import load_model
 from safecert.shield.reach import certificate, full_shield
-from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig, ToolCall
+from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig
 from safecert.shield.synthesis import synthesize
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sandbox"
 N_RUNS = 160
-
-
-class Explorer:
-    def reset(self, rng):
-        self.rng = rng
-
-    def propose(self, sandbox, permitted):
-        return ToolCall(TOOLS[int(self.rng.integers(5))])
-
-    def refused(self, call, reason):
-        pass
 
 
 def test_real_sandbox_realises_the_true_kernel():

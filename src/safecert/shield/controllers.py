@@ -135,6 +135,20 @@ class UniformRandom:
         """Proposes again at random."""
 
 
+class Explorer:
+    """Uniform over read/chmod/write/delete/send, never halting on its own: a development-time
+    logging controller that visits many rows (the Markov diagnostic needs such logs)."""
+
+    def reset(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def propose(self, sandbox: Sandbox, permitted: set[str] | None) -> ToolCall:
+        return ToolCall(TOOLS[int(self.rng.integers(5))])
+
+    def refused(self, call: ToolCall, reason: str) -> None:
+        pass
+
+
 class Adversary:
     """The worst admissible controller: in state s with r executed calls left it plays
     ``argmax_{a ∈ D(s)} Q_r(s, a)`` of the exact value iteration on the true kernel.

@@ -55,15 +55,16 @@ def test_certificate_follows_the_architecture_and_verifies(cli, cli_here, tmp_pa
         "failure_rate",
         "upper_bound",
         "decision",
-        "return",
-        "cost",
+        "return_kpi",
+        "cost_kpi",
     }
     for cell in result["cells"]:
-        assert cell_keys <= set(cell) and {"mean", "lcb"} <= set(cell["return"])
-        assert {"mean", "ucb"} <= set(cell["cost"]) and cell["episodes"] == 10
+        assert cell_keys <= set(cell) and cell["return_kpi"]["side"] == "lower"
+        assert cell["cost_kpi"]["side"] == "upper" and cell["episodes"] == 10
     assert result["stage1"]["params"] == {"obs_noise": 0.0, "act_noise": 0.0}
     assert result["obs_ranges"]["estimated"] == [False, True, False, True]  # CartPole velocities
-    assert cert["inputs"]["policy_sha256"] and cert["inputs"]["config_sha256"]
+    roles = {f["role"] for f in cert["inputs"]["files"]}
+    assert roles == {"config", "policy"} and cert["inputs"]["evidence"][0]["role"] == "episodes"
     assert "workers" not in cert["parameters"] and "batch_size" not in cert["parameters"]
     for name in (
         "certificate.json",
@@ -82,7 +83,9 @@ def test_certificate_follows_the_architecture_and_verifies(cli, cli_here, tmp_pa
     db.close()
     bad = cli_here("verify", tmp_path / "out" / "certificate.json", "--json")
     assert bad.code == 1
-    assert any(not c["ok"] and c["name"] == "cell 3 counts" for c in bad.json()["checks"])
+    failed = {c["name"] for c in bad.json()["checks"] if not c["ok"]}
+    assert "episode store rows sha256" in failed
+    assert any(name.startswith("result.cells[3].") for name in failed)
 
 
 def test_equal_seeds_give_bit_identical_certificates(tmp_path):
@@ -118,7 +121,7 @@ def test_grid_without_nominal_cell_runs_stage1_separately(cli_here, tmp_path):
     cert = _certify_here(config, tmp_path / "out")
     result = cert["result"]
     assert len(result["cells"]) == 2 and result["family_size"] == 3
-    assert result["stage1"]["cell"] == 2 and result["stage1"]["params"] == {}
+    assert result["stage1"]["cell"] == 2 and result["stage1"]["params"] == {"act_noise": 0.0}
     assert cli_here("verify", str(tmp_path / "out/certificate.json")).code == 0
 
 

@@ -48,11 +48,11 @@ candidates = 4
 def test_mujoco_hopper_with_mass_shift_random_dynamics_and_estimated_ranges(tmp_path):
     config = write_run(tmp_path, HOPPER)
     cert = certify(config, tmp_path / "out", workers=1, progress=False)
-    cells = cert.result["cells"]
-    assert len(cells) == 8 and all(c["episodes"] == 3 for c in cells)
-    assert cert.result["obs_ranges"]["estimated"] == [True] * 11  # Hopper's Box is unbounded
-    assert cert.result["obs_ranges"]["episodes"] == 10
-    steps = {tuple(sorted(c["params"].items())): c["return"]["mean"] for c in cells}
+    cells = cert.result.cells
+    assert len(cells) == 8 and all(c.episodes == 3 for c in cells)
+    assert cert.result.obs_ranges.estimated == [True] * 11  # Hopper's Box is unbounded
+    assert cert.result.obs_ranges.episodes == 10
+    steps = {tuple(sorted(c.params.items())): c.return_kpi.mean for c in cells}
     assert len(set(steps.values())) > 1  # the shifts change the episodes
 
 
@@ -61,9 +61,9 @@ def test_point_task_with_layouts_and_linf_adversary(tmp_path, act):
     config = write_run(tmp_path, POINT.format(act=act))
     cert = certify(config, tmp_path / "out", workers=1, progress=False)
     result = cert.result
-    assert len(result["cells"]) == 8 and result["family_size"] == 8
-    assert result["obs_ranges"]["estimated"] == [False] * 14  # the point task's space is bounded
-    assert any(c["safety_failures"] > 0 for c in result["cells"])  # the greedy policy hits hazards
+    assert len(result.cells) == 8 and result.family_size == 8
+    assert result.obs_ranges.estimated == [False] * 14  # the point task's space is bounded
+    assert any(c.safety_failures > 0 for c in result.cells)  # the greedy policy hits hazards
 
 
 def test_wrong_url_is_one_clear_error_before_any_episode(tmp_path):

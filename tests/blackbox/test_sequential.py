@@ -41,7 +41,7 @@ def test_cli_sequential_certifies_and_verifies(cli_here, tmp_path):
     ok = cli_here("verify", str(out / "certificate.json"), "--json")
     assert ok.code == 0 and ok.json()["ok"], ok.stdout
     names = {c["name"] for c in ok.json()["checks"]}
-    assert {"sequential rule", "sequential verdict", "cell 0 sequential decision"} <= names
+    assert {"result", "verdict", "cell 0 episodes"} <= names
     # a certificate that claims a different stopping point is caught
     data = json.loads((out / "certificate.json").read_text())
     data["result"]["sequential"]["cells"][1]["episodes_used"] -= 1
@@ -49,7 +49,7 @@ def test_cli_sequential_certifies_and_verifies(cli_here, tmp_path):
     bad = cli_here("verify", str(out / "tampered.json"), "--json")
     assert bad.code == 1
     failed = [c["name"] for c in bad.json()["checks"] if not c["ok"]]
-    assert failed == ["cell 1 sequential decision"]
+    assert failed == ["result.sequential.cells[1].episodes_used"]
 
 
 class _Interrupted(Exception):
@@ -73,8 +73,8 @@ class _DiesAfter:
 
 def _decisions(cert):
     return [
-        {k: c[k] for k in ("decision", "episodes_used", "failures_used", "upper_bound")}
-        for c in cert.result["sequential"]["cells"]
+        {k: getattr(c, k) for k in ("decision", "episodes_used", "failures_used", "upper_bound")}
+        for c in cert.result.sequential.cells
     ]
 
 
@@ -103,9 +103,7 @@ def test_curtailment_takes_the_fixed_n_decisions(tmp_path):
     )
     config = _with_sequential(cartpole_run(tmp_path / "c", episodes=40), 'method = "curtail"')
     seq = certify_sequential(config, tmp_path / "c" / "out", LocalBackend(1), False, False)
-    assert [c["decision"] for c in seq.result["cells"]] == [
-        c["decision"] for c in fixed.result["cells"]
-    ]
+    assert [c.decision for c in seq.result.cells] == [c.decision for c in fixed.result.cells]
     assert seq.verdict == fixed.verdict
 
 
@@ -114,9 +112,9 @@ def test_looks_rounds_end_at_looks(tmp_path):
     cert = certify_sequential(config, tmp_path / "out", LocalBackend(1), False, False)
     rule = make_rule("looks", 0.3, 0.1 / 4, 200)
     looks = {int(n) for n in rule.checks}
-    assert cert.result["sequential"]["rule"]["looks"] == sorted(looks)
-    for c in cert.result["sequential"]["cells"]:
-        assert c["episodes_run"] in looks and c["episodes_used"] in looks
+    assert cert.result.sequential.rule["looks"] == sorted(looks)
+    for c in cert.result.sequential.cells:
+        assert c.episodes_run in looks and c.episodes_used in looks
 
 
 def test_bad_sequential_table_is_one_line(cli_here, tmp_path):

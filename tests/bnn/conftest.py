@@ -1,9 +1,9 @@
-"""One certified LDS run shared by the CLI, checker and CEGIS tests.
+"""One certified LDS run shared by the CLI, checker and CEGIS tests, and one UNKNOWN run.
 
-The run is the real ``safecert bnn verify ... --json`` command in a subprocess. Under
+The certified run is the real ``safecert bnn verify ... --json`` command in a subprocess. Under
 pytest-xdist every worker would build a session fixture on its own, so the run lives in the
 temporary root all workers share and a file lock makes the first worker do it and the others wait
-for its files.
+for its files. The UNKNOWN run is cut off by a 1 ms time limit (seconds, in-process, per worker).
 """
 
 from __future__ import annotations
@@ -43,6 +43,24 @@ class LdsRun:
     @property
     def certificate(self) -> Path:
         return self.folder / "out" / "certificate.json"
+
+
+@pytest.fixture(scope="session")
+def unknown_run(tmp_path_factory) -> Path:
+    """certificate.json of a real ``--benchmark lds`` run cut off at once: UNKNOWN, one attempt."""
+    from safecert.bnn.certify import certify_run
+    from safecert.bnn.config import benchmark_config
+
+    cfg = benchmark_config(
+        "lds",
+        epsilon="1sigma",
+        data={"bootstrap": False, "initial_samples": 50, "unsafe_samples": 50},
+        learner={"epochs": 1},
+        limits={"per_epsilon_s": 0.001},
+    )
+    run = certify_run(cfg, None, tmp_path_factory.mktemp("bnn_unknown") / "out")
+    assert run.certificate.verdict == "UNKNOWN"
+    return run.path
 
 
 @pytest.fixture(scope="session")

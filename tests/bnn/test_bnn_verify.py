@@ -1,82 +1,115 @@
+"""The bnn certificate's builders (safecert.bnn.certify) and checker (safecert.bnn.check)."""
+
 from __future__ import annotations
 
 import json
+import math
 
-import numpy as np
 import pytest
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
-from safecert.bnn.dynamics import get_benchmark
-from safecert.bnn.search import BnnProblem, search_epsilon
+from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, epsilon_record
+from safecert.bnn.check import check, parameters_config, replay_search
+from safecert.bnn.config import benchmark_config
+from safecert.bnn.result import SearchRow
+from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
 from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
-from safecert.bnn.verify import (
-    POLICY_FILE,
-    build_certificate,
-    check,
-    epsilon_record,
-    spec_from_record,
-    spec_record,
-)
-from safecert.certificate import Evidence, read_certificate, sha256_file, write_certificate
+from safecert.certificate import Evidence, VerificationReport, read_certificate
 from safecert.errors import DataError
 
 
 def test_epsilon_record_in_sigma_and_absolute():
     spec = BayesianSpec((0.0, 0.05, 0.05), (False, True, True))
     rec = epsilon_record(parse_epsilon("1.5sigma"), spec)
-    assert {k: rec[k] for k in ("value", "unit", "sigma")} == {
-        "value": 1.5,
-        "unit": "sigma",
-        "sigma": 1.5,
-    }
-    assert rec["absolute"] == pytest.approx([0.0, 0.075, 0.075], abs=1e-15)
+    assert (rec.value, rec.unit, rec.sigma) == (1.5, "sigma", 1.5)
+    assert rec.absolute == pytest.approx([0.0, 0.075, 0.075], abs=1e-15)
     rec = epsilon_record(parse_epsilon("0.1"), spec)
-    assert rec["unit"] == "absolute" and rec["sigma"] == pytest.approx(2.0)
+    assert rec.unit == "absolute" and rec.sigma == pytest.approx(2.0)
     mixed = BayesianSpec((0.0, 0.1, 0.05), (False, True, True))
-    assert epsilon_record(Epsilon(0.1, False), mixed)["sigma"] is None
-    assert spec_from_record(spec_record(spec)) == spec
-    with pytest.raises(DataError, match="parameters.bayesian"):
-        spec_from_record({"sigma": [0.1]})
+    assert epsilon_record(Epsilon(0.1, False), mixed).sigma is None
 
 
-@pytest.fixture
-def unknown_cert(tmp_path):
-    """A real run cut off at once: the certificate is UNKNOWN and claims nothing."""
-    cfg = benchmark_config(
-        "lds",
-        epsilon="1sigma",
-        data={"bootstrap": False, "initial_samples": 50, "unsafe_samples": 50},
-        learner={"epochs": 1},
-        limits={"per_epsilon_s": 0.001},
+def _row(eps: Epsilon, verdict: str) -> SearchRow:
+    return SearchRow(
+        epsilon=eps.value,
+        unit="sigma" if eps.in_sigma else "absolute",
+        verdict=verdict,
+        reason="r",
+        iterations=1,
+        runtime_s=0.0,
     )
-    mean, _ = load_policy_network(cfg, None)
-    problem = BnnProblem(get_benchmark("lds"), mean, bayesian_spec(cfg, mean), cfg)
-    found = search_epsilon(lambda e, w, lim: problem.run(e, w, lim), ["1sigma"], total_time_s=60)
-    mean.save_npz(tmp_path / POLICY_FILE)
-    cert, shown = build_certificate(
-        problem, found, policy_sha256=sha256_file(tmp_path / POLICY_FILE), config_sha256=None
-    )
-    path = write_certificate(cert, tmp_path / "certificate.json")
-    return path, shown
 
 
-def test_unknown_certificate_checks_inputs_only(unknown_cert):
-    path, shown = unknown_cert
-    cert = read_certificate(path)
-    assert cert.verdict == "UNKNOWN" and "time limit" in cert.result["reason"]
-    assert shown is not None and cert.result["checks"]["closure"] == "not reached"
-    report = check(cert, Evidence(path))
-    assert report.ok
-    assert [c.name for c in report.checks] == ["policy_sha256", "epsilon", "verdict"]
+def test_search_replay_derives_the_certified_epsilon_and_catches_a_forged_row():
+    plan = SearchPlan(tuple(parse_epsilon(e) for e in ("0.5sigma", "1sigma", "2sigma")), 2, 60.0)
+    # what the search tries when 0.5σ holds and 1σ fails: 0.5, 1, then 0.75, then 0.625 or 0.875
+    seq = epsilon_sequence(plan.ladder, plan.bisection_steps)
+    tried = [next(seq), seq.send(True), seq.send(False), seq.send(True)]
+    assert [e.value for e in tried] == [0.5, 1.0, 0.75, 0.875]
+    rows = [_row(tried[0], "SAFE"), _row(tried[1], "UNKNOWN"), _row(tried[2], "SAFE")]
+    report = VerificationReport("bnn")
+    eps, row, certified = replay_search(plan, rows, report)
+    assert report.ok and certified and eps == Epsilon(0.75, True) and row is rows[2]
+    # a row claiming a rung the search would not have tried next
+    forged = [rows[0], rows[1], _row(Epsilon(2.0, True), "SAFE")]
+    report = VerificationReport("bnn")
+    eps, _, _ = replay_search(plan, forged, report)
+    assert eps == Epsilon(0.75, True)  # the derived ε, not the claimed one
+    assert [c.name for c in report.failed] == ["search[2].epsilon"]
+    assert "0.75" in report.failed[0].detail and "2.0" in report.failed[0].detail
+    # more rows than the search has steps
+    report = VerificationReport("bnn")
+    replay_search(plan, [*rows, _row(Epsilon(0.875, True), "SAFE"), rows[0]], report)
+    assert [c.name for c in report.failed] == ["search (length)"]
+    # no attempt: the first planned ε, no row, nothing certified
+    assert replay_search(plan, [], VerificationReport("bnn")) == (plan.ladder[0], None, False)
 
 
-def test_tampered_epsilon_or_missing_policy_is_caught(unknown_cert, tmp_path):
-    path, _ = unknown_cert
-    data = json.loads(path.read_text())
-    data["result"]["epsilon"]["absolute"] = [0.0, 0.5]
-    path.write_text(json.dumps(data))
-    report = check(read_certificate(path), Evidence(path))
-    assert not report.ok and {c.name for c in report.checks if not c.ok} == {"epsilon"}
-    with pytest.raises(DataError, match="policy.npz"):
-        check(read_certificate(path), Evidence(path, data_dir=tmp_path / "nowhere"))
-    assert np.isfinite(data["result"]["runtimes_s"]["total_s"])
+def test_search_plan_is_the_ladder_only_with_search_enabled():
+    cfg = benchmark_config("lds", epsilon="1.5sigma")
+    assert search_plan(cfg) == SearchPlan((Epsilon(1.5, True),), 0, cfg.limits.per_epsilon_s)
+    cfg = benchmark_config("lds", search={"enabled": True, "ladder": ["0.5sigma", "1sigma"]})
+    assert search_plan(cfg).ladder == (Epsilon(0.5, True), Epsilon(1.0, True))
+    assert search_plan(cfg).total_time_s == cfg.limits.total_s
+
+
+def test_parameters_are_complete_and_not_coerced():
+    good = benchmark_config("lds").model_dump(mode="json")
+    assert parameters_config(good) == benchmark_config("lds")
+    missing = json.loads(json.dumps(good))
+    del missing["limits"]["solver_s"]  # a default would silently fill it in
+    with pytest.raises(DataError, match=r"parameters\.limits\.solver_s: is missing"):
+        parameters_config(missing)
+    text = json.loads(json.dumps(good))
+    text["bayesian"]["sigma"] = "0.1"
+    with pytest.raises(DataError, match=r"parameters\.bayesian\.sigma"):
+        parameters_config(text)
+    extra = {**good, "margin": 1e-3}
+    with pytest.raises(DataError, match=r"parameters\.margin"):
+        parameters_config(extra)
+
+
+def test_unknown_certificate_checks_everything_it_states(unknown_run):
+    cert = read_certificate(unknown_run)
+    assert cert.verdict == "UNKNOWN" and "time limit" in cert.result.reason
+    assert cert.result.checks.closure == "not reached" and len(cert.result.search) == 1
+    assert cert.result.verifier_margin == 1e-6
+    assert math.isfinite(cert.result.runtimes_s.total_s)
+    report = check(cert, Evidence(unknown_run))
+    assert report.ok, report.failed
+    names = [c.name for c in report.checks]
+    for name in ("epsilon", "acceptance_probability", "verifier_margin", "search", "verdict"):
+        assert name in names
+    assert "checks" not in names  # a run cut short: nothing to re-prove
+
+
+def test_missing_policy_copy_is_one_data_error(unknown_run, tmp_path):
+    cert = read_certificate(unknown_run)
+    with pytest.raises(DataError, match=POLICY_FILE):
+        check(cert, Evidence(unknown_run, data_dir=tmp_path / "nowhere"))
+
+
+def test_no_attempt_reason_is_derived():
+    plan = SearchPlan((Epsilon(1.0, True),), 0, 0.0)
+    eps, row, certified = replay_search(plan, [], VerificationReport("bnn"))
+    assert row is None and not certified and eps == Epsilon(1.0, True)
+    assert NO_ATTEMPT.startswith("no ε attempted")

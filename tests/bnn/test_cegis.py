@@ -35,14 +35,15 @@ def certified(lds_run):
     mean, _ = load_policy_network(cfg, lds_run.folder)
     problem = BnnProblem(get_benchmark("lds"), mean, bayesian_spec(cfg, mean), cfg)
     cert = read_certificate(lds_run.certificate)
-    g = ReluNetwork.from_lists(cert.result["invariant"]["layers"])
+    assert cert.result.invariant is not None
+    g = ReluNetwork.from_lists([layer.model_dump() for layer in cert.result.invariant.layers])
     return problem, parse_epsilon(EPS), cert, g
 
 
 def test_cegis_certifies_the_lds_and_the_proof_is_reproducible(certified):
     problem, eps, cert, g = certified
-    assert cert.verdict == "SAFE", cert.result.get("reason")
-    checks = cert.result["checks"]
+    assert cert.verdict == "SAFE", cert.result.reason
+    checks = cert.result.checks.model_dump()
     assert checks == {"closure": "infeasible", "initial": "infeasible", "unsafe": "infeasible"}
     # an independent verifier run on the exported network agrees
     again = Verifier(problem.bench, problem.box(eps), time_limit_s=None, first_feasible=False)
@@ -50,8 +51,8 @@ def test_cegis_certifies_the_lds_and_the_proof_is_reproducible(certified):
     assert isinstance(proof, Proof)
     assert {c.condition for c in proof.checks} == {"closure", "initial", "unsafe"}
     assert all(c.status == "infeasible" for c in proof.checks)
-    runtimes = cert.result["runtimes_s"]
-    assert runtimes["total_s"] >= runtimes["verifier_s"] > 0
+    runtimes = cert.result.runtimes_s
+    assert runtimes is not None and runtimes.total_s >= runtimes.verifier_s > 0
 
 
 def test_certified_invariant_survives_1e5_random_closure_samples(certified):

@@ -1,4 +1,6 @@
-"""The kind="shield" checker: recomputes the bound from the logs, catches every edit."""
+"""The kind="shield" checker: re-derives the result from the logs, catches every edit.
+
+(The end-to-end forgeries through `safecert verify` are in test_forgery.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from safecert.certificate import Evidence, read_certificate
 from safecert.cli.main import main
 from safecert.errors import DataError
-from safecert.shield.verify import check
+from safecert.shield.check import check
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "shield"
 
@@ -39,7 +41,12 @@ def _failed(report):
 def test_genuine_certificate_verifies(cert_dir):
     report = _check(cert_dir / "certificate.json")
     assert report.ok, [(c.name, c.detail) for c in report.checks]
-    assert len(report.checks) == 8
+    names = [c.name for c in report.checks]
+    assert names[-2:] == ["result", "verdict"]
+    assert (
+        sum("sha256" in n for n in names) == 5
+    )  # model, logs, model copy, shield.json, copy = model
+    assert any(n.startswith("shield.json = synthesize(additive") for n in names)
 
 
 def test_edits_are_caught(cert_dir, tmp_path):
@@ -51,11 +58,8 @@ def test_edits_are_caught(cert_dir, tmp_path):
         (d / "certificate.json").write_text(json.dumps(cert))
         return _failed(_check(d / "certificate.json"))
 
-    def drop_forbidden(c):  # quietly re-permit a forbidden move
-        for state, acts in c["result"]["allowed"].items():
-            if len(acts) < 5:
-                c["result"]["allowed"][state] = ["up", "down", "left", "right", "halt"]
-                return
+    def drop_forbidden(c):  # quietly re-permit a forbidden move in the result only
+        c["result"]["allowed"]["r1c3"] = ["up", "down", "left", "right", "halt"]
 
     def more_visits(c):
         c["result"]["rows"][0]["visits"] += 1
@@ -63,11 +67,15 @@ def test_edits_are_caught(cert_dir, tmp_path):
     def verdict(c):
         c["verdict"] = "FAIL"
 
-    assert "bound V̄_T(s0)" in edited(drop_forbidden) or "forbidden fraction" in edited(
+    def drop_halt(c):
+        c["result"]["allowed"]["r0c0"].remove("halt")
+
+    assert {"shield.json = result.allowed", "result.allowed.r1c3 (length)"} <= edited(
         drop_forbidden
     )
-    assert edited(more_visits) == {"rows (n0, visits, beta, vacuous)"}
+    assert edited(more_visits) == {"result.rows[0].visits"}
     assert edited(verdict) == {"verdict"}
+    assert "halt permitted in every state of result.allowed" in edited(drop_halt)
 
 
 def test_changed_logs_or_model_are_caught(cert_dir, tmp_path):
@@ -76,9 +84,10 @@ def test_changed_logs_or_model_are_caught(cert_dir, tmp_path):
     lines = (d / "logs.jsonl").read_text().splitlines()
     (d / "logs.jsonl").write_text("\n".join(lines[:-16]) + "\n")  # drop the last lock-step rows
     failed = _failed(_check(d / "certificate.json", logs=d / "logs.jsonl"))
-    assert "logs sha256" in failed
+    assert f"logs sha256 ({d / 'logs.jsonl'})" in failed and "result.steps" in failed
     (d / "model.toml").write_text((d / "model.toml").read_text() + "\n# edited\n")
-    assert "model sha256" in _failed(_check(d / "certificate.json", logs=cert_dir / "logs.jsonl"))
+    failed = _failed(_check(d / "certificate.json", logs=cert_dir / "logs.jsonl"))
+    assert failed == {"model-copy sha256 (model.toml)"}  # a comment changes no number
 
 
 def test_missing_logs_is_a_one_line_error(cert_dir, tmp_path):
@@ -87,7 +96,9 @@ def test_missing_logs_is_a_one_line_error(cert_dir, tmp_path):
     shutil.copyfile(cert_dir / "certificate.json", d / "certificate.json")
     shutil.copyfile(cert_dir / "model.toml", d / "model.toml")
     cert = json.loads((d / "certificate.json").read_text())
-    cert["parameters"]["logs_file"] = str(tmp_path / "gone.jsonl")
+    for entry in cert["inputs"]["files"]:
+        if entry["role"] == "logs":
+            entry["path"] = str(tmp_path / "gone.jsonl")
     (d / "certificate.json").write_text(json.dumps(cert))
     with pytest.raises(DataError, match="cannot find the logs"):
         _check(d / "certificate.json")

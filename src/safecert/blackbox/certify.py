@@ -22,42 +22,53 @@ passing cells, valid simultaneously with confidence ``spec.confidence``.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from safecert.blackbox.backends import Backend, LocalBackend, RunContext
 from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
-from safecert.blackbox.grid import NOMINAL, axes, grid_cells, is_nominal, nominal_cell
+from safecert.blackbox.grid import NOMINAL, Family, axes
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, make_jobs
 from safecert.blackbox.judge import judge_run
 from safecert.blackbox.oracles import OracleSpec, make_oracle, parse_oracle_spec
+from safecert.blackbox.result import Axis, BlackboxResult, ObsRanges, OracleFailures, Rejudged
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import Certificate, make_certificate, sha256_file, write_certificate
+from safecert.certificate import BlackboxCertificate, make_certificate, write_certificate
+from safecert.document import FileDigest, Inputs, file_digest
 from safecert.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A validated run: config, where its paths resolve, its grid and its family."""
+    """A validated run: config, where its paths resolve, its family and the inputs' digests."""
 
     config_path: Path
     config: RunConfig
     base_dir: Path
-    config_sha256: str
     oracle: OracleSpec
-    cells: tuple[dict[str, Any], ...]  # grid cells, then the separate stage-1 cell if any
-    grid_size: int
-    stage1_cell: int
+    family: Family
     cost_range: tuple[float, float] | None
     return_range: tuple[float, float] | None
+    inputs: tuple[FileDigest, ...]
+
+    @property
+    def cells(self) -> tuple[dict[str, Any], ...]:
+        return self.family.cells
+
+    @property
+    def grid_size(self) -> int:
+        return self.family.grid_size
+
+    @property
+    def stage1_cell(self) -> int:
+        return self.family.stage1
 
     @property
     def needs_obs_ranges(self) -> bool:
@@ -73,7 +84,7 @@ class RunPlan:
 
 
 def plan_run(config_path: Path) -> RunPlan:
-    config, base_dir, digest = load_run_config(config_path)
+    config, base_dir, _ = load_run_config(config_path)
     oracle = parse_oracle_spec(
         config.policy,
         base_dir=base_dir,
@@ -88,31 +99,90 @@ def plan_run(config_path: Path) -> RunPlan:
     limit = config.max_steps or (env.spec.max_episode_steps if env.spec else None)
     obs_shape = env.observation_space.shape
     env.close()
-    cells = grid_cells(config.envelope)
-    _check_cells(config, base_dir, cells, obs_shape)
-    nominal = [i for i, c in enumerate(cells) if is_nominal(c)]
-    stage1 = nominal[0] if nominal else len(cells)
-    all_cells = cells if nominal else [*cells, nominal_cell(config.envelope)]
+    family = Family.of(config.envelope, config.spec.confidence)
+    _check_cells(config, base_dir, list(family.grid), obs_shape)
+    cost_range, return_range = kpi_ranges(config, limit)
+    return RunPlan(
+        Path(config_path).resolve(),
+        config,
+        base_dir,
+        oracle,
+        family,
+        cost_range,
+        return_range,
+        input_digests(Path(config_path), config, base_dir, oracle),
+    )
+
+
+def kpi_ranges(
+    config: RunConfig, limit: int | None
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """(cost range, return range) for the Hoeffding bounds: declared in ``[kpis]``, else the cost
+    range ``[0, limit * max_step_cost]`` when the episode length is bounded, else none."""
     kpis = config.kpis
     if kpis.cost is not None:
-        cost_range = (kpis.cost.lower, kpis.cost.upper)
+        cost_range: tuple[float, float] | None = (kpis.cost.lower, kpis.cost.upper)
     elif limit is not None:
         cost_range = (0.0, float(limit) * config.spec.max_step_cost)
     else:
         cost_range = None
     return_range = None if kpis.return_ is None else (kpis.return_.lower, kpis.return_.upper)
-    return RunPlan(
-        Path(config_path).resolve(),
-        config,
-        base_dir,
-        digest,
-        oracle,
-        tuple(all_cells),
-        len(cells),
-        stage1,
-        cost_range,
-        return_range,
-    )
+    return cost_range, return_range
+
+
+def episode_limit(config: RunConfig, base_dir: Path) -> int | None:
+    """The episode length bound: ``max_steps``, else the environment's own time limit."""
+    if config.max_steps is not None:
+        return config.max_steps
+    from safecert.blackbox.rollout import make_base_env
+
+    env = make_base_env(config, base_dir)
+    try:
+        return env.spec.max_episode_steps if env.spec else None
+    finally:
+        env.close()
+
+
+def input_digests(
+    config_path: Path, config: RunConfig, base_dir: Path, oracle: OracleSpec
+) -> tuple[FileDigest, ...]:
+    """Digests of every file the run's outcome depends on: the config, the policy's artifacts
+    (an ONNX file; an ``exec:`` program, script and every argument naming a file; a ``python:``
+    policy's module), the config's ``artifacts`` (what a wrapper loads) and a ``python:`` env
+    factory's module. Paths are recorded relative to the config's folder."""
+    found: dict[str, FileDigest] = {}
+
+    def add(role: str, path: Path) -> None:
+        key = str(Path(path).resolve())
+        if key not in found:
+            found[key] = file_digest(role, Path(path), base_dir)
+
+    add("config", Path(config_path))
+    for artifact in oracle.artifacts:
+        add("policy", Path(artifact))
+    for i, name in enumerate(config.artifacts):
+        path = Path(name).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_file():
+            raise ConfigError(
+                f"{path} does not exist",
+                field=f"artifacts[{i}]",
+                fix="list files the policy loads (paths relative to the config's folder)",
+            )
+        add("artifact", path)
+    module = env_module_file(config)
+    if module is not None:
+        add("env", module)
+    return tuple(found.values())
+
+
+def env_module_file(config: RunConfig) -> Path | None:
+    """The source file of a ``python:module:factory`` environment (imported by then)."""
+    if not config.env.startswith("python:"):
+        return None
+    module = sys.modules.get(config.env[len("python:") :].partition(":")[0])
+    source = getattr(module, "__file__", None)
+    return Path(source) if source else None
 
 
 def _check_cells(
@@ -137,9 +207,11 @@ def _no_policy(observations: np.ndarray) -> np.ndarray:  # pragma: no cover - ne
 
 
 def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
-    """The run's store; a fresh run refuses a folder that already holds episodes."""
+    """The run's store; a fresh run refuses a folder that already holds episodes, and a resumed
+    run refuses to continue when any input file's digest differs from the first run's (one cell
+    must never mix two policies)."""
     store = EpisodeStore(Path(out_dir) / "episodes.sqlite")
-    previous = store.get_meta("config_sha256")
+    previous = store.get_meta("inputs")
     if previous is not None and not resume and store.count() > 0:
         store.close()
         raise ConfigError(
@@ -147,16 +219,29 @@ def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
             field="--out",
             fix="pass --resume to continue it, or choose a new --out folder",
         )
-    if previous is not None and previous != plan.config_sha256:
-        store.close()
-        raise ConfigError(
-            "the config changed since this run started",
-            field="--resume",
-            fix="resume with the same config, or start a new --out folder",
-        )
-    store.set_meta("config_sha256", plan.config_sha256)
+    if previous is not None:
+        changed = _changed_inputs(previous, plan.inputs)
+        if changed:
+            store.close()
+            raise ConfigError(
+                f"{changed} changed since this run started",
+                field="--resume",
+                fix="restore it, or start a new --out folder",
+            )
+    store.set_meta("inputs", [d.model_dump(mode="json") for d in plan.inputs])
     store.set_meta("config_path", str(plan.config_path))
     return store
+
+
+def _changed_inputs(previous: list[dict[str, Any]], now: Sequence[FileDigest]) -> str | None:
+    """The first input (role and path) whose digest differs, appeared or disappeared."""
+    before = {(d["role"], d["path"]): d["sha256"] for d in previous}
+    after = {(d.role, d.path): d.sha256 for d in now}
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            what = "is new" if key not in before else "is gone" if key not in after else ""
+            return f"the {key[0]} file {key[1]}" + (f" ({what})" if what else "")
+    return None
 
 
 def make_context(plan: RunPlan, store: EpisodeStore) -> RunContext:
@@ -218,70 +303,103 @@ def records_by_cell(records: Iterable[EpisodeRecord]) -> dict[int, list[EpisodeR
     return out
 
 
-def policy_sha256(spec: OracleSpec) -> str | None:
-    """SHA-256 of the policy's artifact file (several: of their digests); None for HTTP."""
-    files = [Path(a) for a in spec.artifacts if Path(a).is_file()]
-    if not files:
-        return None
-    if len(files) == 1:
-        return sha256_file(files[0])
-    return hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
-
-
-def build_certificate(
-    plan: RunPlan, store: EpisodeStore, *, extra: dict[str, Any] | None = None
-) -> Certificate:
-    """Judge the stored episodes of ``plan``; ``extra`` adds (or overrides) result fields."""
-    spec = plan.config.spec
-    records = store.records()
-    grid = list(plan.cells[: plan.grid_size])
-    result = judge_run(
-        records_by_cell(records),
-        grid,
-        plan.stage1_cell,
-        budget=spec.budget,
-        p_star=spec.p_star,
-        confidence=spec.confidence,
-        return_range=plan.return_range,
-        cost_range=plan.cost_range,
-    )
-    verdict = result.pop("verdict")
+def oracle_failures(records: Sequence[EpisodeRecord]) -> OracleFailures:
     reasons: dict[str, int] = {}
     for r in records:
         if r.failure_reason is not None:
             reasons[r.failure_reason] = reasons.get(r.failure_reason, 0) + 1
-    result.update(
-        {
-            "axes": [
-                {"name": a.name, "levels": list(a.levels)} for a in axes(plan.config.envelope)
-            ],
-            "goal": spec.goal,
-            "cost_key": spec.cost,
-            "cost_range": None if plan.cost_range is None else list(plan.cost_range),
-            "return_range": None if plan.return_range is None else list(plan.return_range),
-            "obs_ranges": store.get_meta("obs_ranges"),
-            "oracle_failures": {"total": sum(reasons.values()), "reasons": reasons},
-            "episodes_per_cell": plan.config.episodes,
-            "verdict_rule": "PASS iff the stage-1 nominal cell and every grid cell pass",
-        }
+    return OracleFailures(total=sum(reasons.values()), reasons=reasons)
+
+
+VERDICT_RULE = "PASS iff the stage-1 nominal cell and every grid cell pass"
+
+
+def blackbox_result(
+    config: RunConfig,
+    family: Family,
+    records: Sequence[EpisodeRecord],
+    *,
+    cost_range: tuple[float, float] | None,
+    return_range: tuple[float, float] | None,
+    obs_ranges: dict[str, Any] | None,
+    rejudged: Rejudged | None,
+) -> tuple[Literal["PASS", "FAIL"], BlackboxResult]:
+    """(verdict, result) of the stored ``records`` judged at ``config.spec`` over ``family``.
+
+    The one builder of a fixed-N result: certify, rejudge and ``safecert verify`` all call it.
+    """
+    spec = config.spec
+    judged = judge_run(
+        records_by_cell(records),
+        family,
+        budget=spec.budget,
+        p_star=spec.p_star,
+        return_range=return_range,
+        cost_range=cost_range,
     )
-    result.update(extra or {})
-    return make_certificate(
+    result = BlackboxResult(
+        confidence=spec.confidence,
+        p_star=spec.p_star,
+        budget=spec.budget,
+        family_size=family.size,
+        delta_cell=family.delta_cell,
+        stage1=judged.stage1,
+        cells=judged.cells,
+        odd=judged.odd,
+        axes=[Axis(name=a.name, levels=list(a.levels)) for a in axes(config.envelope)],
+        goal=spec.goal,
+        cost_key=spec.cost,
+        cost_range=None if cost_range is None else list(cost_range),
+        return_range=None if return_range is None else list(return_range),
+        obs_ranges=None if obs_ranges is None else ObsRanges(**obs_ranges),
+        oracle_failures=oracle_failures(records),
+        episodes_per_cell=config.episodes,
+        verdict_rule=VERDICT_RULE,
+        rejudged=rejudged,
+    )
+    return judged.verdict, result
+
+
+def store_digest(store: EpisodeStore, path: str = "episodes.sqlite") -> FileDigest:
+    """The evidence entry of an episode store (canonical rows digest)."""
+    return FileDigest(role="episodes", path=path, sha256=store.rows_sha256(), digest_of="rows")
+
+
+def run_inputs(plan: RunPlan, store: EpisodeStore) -> Inputs:
+    return Inputs(
+        root=str(plan.base_dir), files=list(plan.inputs), evidence=[store_digest(store)]
+    )
+
+
+def build_certificate(plan: RunPlan, store: EpisodeStore) -> BlackboxCertificate:
+    """Judge the stored episodes of ``plan`` into a fixed-N certificate."""
+    verdict, result = blackbox_result(
+        plan.config,
+        plan.family,
+        store.records(),
+        cost_range=plan.cost_range,
+        return_range=plan.return_range,
+        obs_ranges=store.get_meta("obs_ranges"),
+        rejudged=None,
+    )
+    cert = make_certificate(
         "blackbox",
         verdict,
         parameters=certified_parameters(plan.config),
-        inputs={"config_sha256": plan.config_sha256, "policy_sha256": policy_sha256(plan.oracle)},
+        inputs=run_inputs(plan, store),
         seed=plan.config.seed,
         result=result,
     )
+    assert isinstance(cert, BlackboxCertificate)
+    return cert
 
 
 def finish(
-    plan: RunPlan, store: EpisodeStore, out_dir: Path, *, extra: dict[str, Any] | None = None
-) -> Certificate:
-    """Judge, then write ``certificate.json`` and the report into ``out_dir``."""
-    cert = build_certificate(plan, store, extra=extra)
-    write_certificate(cert, Path(out_dir) / "certificate.json")
+    plan: RunPlan, store: EpisodeStore, out_dir: Path, *, sign_key: Path | None = None
+) -> BlackboxCertificate:
+    """Judge, then write ``certificate.json`` (signed with ``sign_key``) and the report."""
+    cert = build_certificate(plan, store)
+    write_certificate(cert, Path(out_dir) / "certificate.json", sign_key=sign_key)
     from safecert.report import write_report
 
     write_report(cert, store.records(), Path(out_dir), config_path=plan.config_path)
@@ -296,7 +414,8 @@ def certify(
     workers: int | None = None,
     resume: bool = False,
     progress: bool | None = None,
-) -> Certificate:
+    sign_key: Path | None = None,
+) -> BlackboxCertificate:
     """Run a fixed-N certification end to end; returns the certificate written to ``out_dir``."""
     plan = plan_run(config_path)
     backend = backend or LocalBackend(workers or plan.config.workers)
@@ -305,7 +424,7 @@ def certify(
     with open_store(plan, out_dir, resume=resume) as store, closing_local(backend):
         ctx = make_context(plan, store)
         run_jobs(backend, plan.all_jobs(store.done()), ctx, store, progress=progress)
-        return finish(plan, store, out_dir)
+        return finish(plan, store, out_dir, sign_key=sign_key)
 
 
 @contextmanager

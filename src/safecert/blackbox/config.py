@@ -5,7 +5,8 @@ Exactly the documented keys plus these documented additions (docs/blackbox.md):
 - top level: ``batch_size`` (env copies stepped in lockstep per worker, one oracle call per step),
   ``workers`` (default: ``os.cpu_count()``), ``env_kwargs``, ``headers``, ``timeout_s``,
   ``retries``, ``batched``, ``range_episodes`` (nominal rollouts used to estimate the range of
-  unbounded observation dimensions);
+  unbounded observation dimensions), ``artifacts`` (files the policy loads that the policy string
+  does not name, e.g. the ``ppo.zip`` a Python wrapper opens: hashed into the certificate);
 - ``[spec] max_step_cost``: the largest cost of one step, so that the cost range of the Hoeffding
   UCB can be derived as ``[0, max_steps * max_step_cost]`` when ``[kpis] cost`` is not declared;
 - ``[kpis]``: ``return``, ``cost`` and ``steps`` may be declared (each ``{lower, upper}``);
@@ -161,6 +162,7 @@ class RunConfig(BaseModel):
     retries: int = Field(3, ge=0)
     batched: bool = True
     range_episodes: int = Field(10, ge=1)
+    artifacts: list[str] = Field(default_factory=list)
     spec: Spec = Field(default_factory=Spec)
     kpis: Kpis = Field(default_factory=Kpis)
     envelope: Envelope = Field(default_factory=Envelope)

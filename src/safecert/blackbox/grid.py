@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safecert.blackbox.config import Envelope
+from safecert.stats import bonferroni
 
 NOMINAL: dict[str, Any] = {
     "obs_noise": 0.0,
@@ -78,3 +79,47 @@ def cell_label(params: dict[str, Any]) -> str:
     if not params or is_nominal(params):
         return "nominal"
     return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+@dataclass(frozen=True)
+class Family:
+    """The family of cells certified together, and its per-cell error level.
+
+    ``cells`` are the grid cells (row-major, indices ``0 … grid_size-1``), then — when the grid
+    holds no nominal cell — the separate stage-1 nominal cell (index ``grid_size``), which joins
+    the family. ``stage1`` is the nominal cell's index. With M = ``size`` members, each cell is
+    judged at δ' = (1 − confidence) / M (Bonferroni), so all M statements hold simultaneously
+    with probability ≥ ``confidence`` (METHODS.md §2).
+    """
+
+    cells: tuple[dict[str, Any], ...]
+    grid_size: int
+    stage1: int
+    confidence: float
+
+    @classmethod
+    def of(cls, envelope: Envelope, confidence: float) -> Family:
+        """The family a config's envelope defines (the one function every caller uses)."""
+        grid = grid_cells(envelope)
+        nominal = [i for i, c in enumerate(grid) if is_nominal(c)]
+        if nominal:
+            return cls(tuple(grid), len(grid), nominal[0], confidence)
+        return cls(tuple([*grid, nominal_cell(envelope)]), len(grid), len(grid), confidence)
+
+    @property
+    def size(self) -> int:
+        """M: every member judged at δ'."""
+        return len(self.cells)
+
+    @property
+    def delta_cell(self) -> float:
+        """δ' = (1 − confidence) / M."""
+        return bonferroni(1.0 - self.confidence, self.size)
+
+    @property
+    def grid(self) -> tuple[dict[str, Any], ...]:
+        return self.cells[: self.grid_size]
+
+    @property
+    def separate_stage1(self) -> bool:
+        return self.stage1 >= self.grid_size

@@ -10,79 +10,94 @@ verdict are recomputed from ``episodes.sqlite`` with the same code as the origin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from safecert.blackbox.certify import records_by_cell
-from safecert.blackbox.judge import judge_run
+from safecert.blackbox.certify import blackbox_result, store_digest
+from safecert.blackbox.config import RunConfig
+from safecert.blackbox.grid import Family
+from safecert.blackbox.result import Rejudged
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import Certificate, make_certificate, read_certificate
+from safecert.certificate import (
+    BlackboxCertificate,
+    Inputs,
+    make_certificate,
+    read_certificate,
+    write_certificate,
+)
+from safecert.config import parse_model
 from safecert.errors import ConfigError, DataError
 
-
-def rejudge_result(
-    cert: Certificate, store: EpisodeStore, budget: float, p_star: float
-) -> tuple[str, dict[str, Any]]:
-    """(verdict, result) of ``cert``'s run judged at ``budget`` and ``p_star``."""
-    res = cert.result
-    new = judge_run(
-        records_by_cell(store.records()),
-        [c["params"] for c in res["cells"]],
-        res["stage1"]["cell"],
-        budget=budget,
-        p_star=p_star,
-        confidence=res["confidence"],
-        return_range=None if res.get("return_range") is None else tuple(res["return_range"]),
-        cost_range=None if res.get("cost_range") is None else tuple(res["cost_range"]),
-    )
-    verdict = new.pop("verdict")
-    return verdict, {**res, **new}
+STORE = "../episodes.sqlite"
 
 
 def rejudge(
-    run_dir: Path, budget: float, p_star: float, out_dir: Path | None = None
-) -> tuple[Certificate, Path]:
-    """Write ``out_dir/certificate.json`` (default ``run_dir/rejudge_d{budget}_p{p_star}``) + report."""
+    run_dir: Path,
+    budget: float,
+    p_star: float,
+    out_dir: Path | None = None,
+    *,
+    sign_key: Path | None = None,
+) -> tuple[BlackboxCertificate, Path]:
+    """Write ``out_dir/certificate.json`` (default ``run_dir/rejudge_d{budget}_p{p_star}``) + report.
+
+    The new certificate's ``parameters.spec`` holds the new budget and p*; ``result.rejudged``
+    holds the spec the episodes were run under. Its evidence is the run's store, one folder up.
+    """
     if not budget >= 0:
         raise ConfigError(f"{budget} is negative", field="--budget", fix="pass a budget >= 0")
     if not 0 < p_star < 1:
         raise ConfigError(f"{p_star} is outside (0, 1)", field="--p-star")
     run_dir = Path(run_dir)
     cert = read_certificate(run_dir / "certificate.json")
-    if cert.kind != "blackbox":
-        raise DataError(f"{run_dir} holds a {cert.kind} certificate", field="DIR")
-    if "sequential" in cert.result:
+    if cert.kind == "sequential":
         raise DataError(
             "a sequential run stopped its cells with the original p*; re-judging it "
             "at another threshold has no guarantee",
             field="DIR",
             fix="rerun with safecert certify",
         )
+    if not isinstance(cert, BlackboxCertificate):
+        raise DataError(f"{run_dir} holds a {cert.kind} certificate", field="DIR")
+    if cert.result.rejudged is not None:
+        raise DataError(
+            f"{run_dir} holds a re-judged certificate", field="DIR", fix="pass the run folder"
+        )
     out_dir = Path(out_dir) if out_dir else run_dir / f"rejudge_d{budget:g}_p{p_star:g}"
+    params = {
+        **cert.parameters,
+        "spec": {**cert.parameters["spec"], "budget": budget, "p_star": p_star},
+    }
+    config = parse_model(RunConfig, params, prefix="parameters")
+    res = cert.result
     with EpisodeStore(run_dir / "episodes.sqlite", create=False) as store:
-        verdict, result = rejudge_result(cert, store, budget, p_star)
-        result["rejudged"] = {
-            "budget": cert.result["budget"],
-            "p_star": cert.result["p_star"],
-            "store": "../episodes.sqlite",
-        }
-        params = {
-            **cert.parameters,
-            "spec": {**cert.parameters["spec"], "budget": budget, "p_star": p_star},
-        }
+        verdict, result = blackbox_result(
+            config,
+            Family.of(config.envelope, config.spec.confidence),
+            store.records(),
+            cost_range=None if res.cost_range is None else (res.cost_range[0], res.cost_range[1]),
+            return_range=None
+            if res.return_range is None
+            else (res.return_range[0], res.return_range[1]),
+            obs_ranges=store.get_meta("obs_ranges"),
+            rejudged=Rejudged(budget=res.budget, p_star=res.p_star, store=STORE),
+        )
         new = make_certificate(
             "blackbox",
             verdict,
             parameters=params,
-            inputs=dict(cert.inputs),
+            inputs=Inputs(
+                root=cert.inputs.root,
+                files=list(cert.inputs.files),
+                evidence=[store_digest(store, STORE)],
+            ),
             seed=cert.seed,
             result=result,
         )
-        from safecert.certificate import write_certificate
+        write_certificate(new, out_dir / "certificate.json", sign_key=sign_key)
         from safecert.report import write_report
 
-        write_certificate(new, out_dir / "certificate.json")
         config_path = store.get_meta("config_path")
         write_report(
             new, store.records(), out_dir, config_path=Path(config_path) if config_path else None
         )
+    assert isinstance(new, BlackboxCertificate)
     return new, out_dir

@@ -38,18 +38,29 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from safecert.blackbox.backends import Backend, LocalBackend
 from safecert.blackbox.certify import (
-    RunPlan,
-    build_certificate,
+    blackbox_result,
     closing_local,
     make_context,
     open_store,
     plan_run,
+    run_inputs,
     run_jobs,
 )
+from safecert.blackbox.config import RunConfig, certified_parameters
+from safecert.blackbox.grid import Family
 from safecert.blackbox.jobs import EpisodeRecord, make_jobs
 from safecert.blackbox.judge import failure_flags
+from safecert.blackbox.result import (
+    Cell,
+    SequentialBlock,
+    SequentialCell,
+    SequentialDecision,
+    SequentialResult,
+    SequentialStage1,
+)
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import Certificate, Check, make_certificate, write_certificate
+from safecert.certificate import Certificate, make_certificate, write_certificate
+from safecert.document import to_jsonable
 from safecert.config import parse_model
 from safecert.stats.betting import BettingRule
 from safecert.stats.sequential import FAIL, PASS, UNDECIDED, Boundaries
@@ -123,21 +134,19 @@ def round_target(rule: Rule, settings: SequentialSettings, episodes: int, failur
     return min(rule.cap, max(earliest_stop(rule, episodes, failures, pass_only=pass_only), grown))
 
 
-def family(plan: RunPlan) -> tuple[list[int], int]:
-    """All cells of the family (grid, then a separate stage-1 cell) and its size M."""
-    cells = list(range(plan.grid_size))
-    if plan.stage1_cell >= plan.grid_size:
-        cells.append(plan.stage1_cell)
-    return cells, len(cells)
-
-
-def build_rule(plan: RunPlan, settings: SequentialSettings) -> tuple[Rule, float]:
-    spec = plan.config.spec
-    delta_cell = (1.0 - spec.confidence) / family(plan)[1]
-    rule = make_rule(
-        settings.method, spec.p_star, delta_cell, plan.config.episodes, settings.rule_options()
+def build_rule(config: RunConfig, family: Family, settings: SequentialSettings) -> Rule:
+    """The stopping rule of every cell: at δ' of the family, capped at ``episodes``."""
+    return make_rule(
+        settings.method,
+        config.spec.p_star,
+        family.delta_cell,
+        config.episodes,
+        settings.rule_options(),
     )
-    return rule, delta_cell
+
+
+def sequential_settings(config: RunConfig) -> SequentialSettings:
+    return parse_model(SequentialSettings, config.sequential or {}, prefix="sequential")
 
 
 def certify_sequential(
@@ -146,15 +155,16 @@ def certify_sequential(
     backend: Backend | None = None,
     resume: bool = False,
     progress: bool | None = None,
+    sign_key: Path | None = None,
 ) -> Certificate:
     """Run a sequential certification end to end; returns the certificate written to ``out_dir``."""
     plan = plan_run(config)
-    settings = parse_model(SequentialSettings, plan.config.sequential or {}, prefix="sequential")
-    rule, delta_cell = build_rule(plan, settings)
+    settings = sequential_settings(plan.config)
+    rule = build_rule(plan.config, plan.family, settings)
     backend = backend or LocalBackend(plan.config.workers)
     if progress is None:
         progress = sys.stderr.isatty()
-    cells, _ = family(plan)
+    cells = list(range(plan.family.size))
     phases = [[plan.stage1_cell], [c for c in cells if c != plan.stage1_cell]]
     budget = plan.config.spec.budget
     rounds = 0
@@ -175,8 +185,22 @@ def certify_sequential(
                 rounds += 1
                 run_jobs(backend, jobs, ctx, store, progress=progress)
         store.set_meta("sequential_rounds", store.get_meta("sequential_rounds", 0) + rounds)
-        cert = sequential_certificate(plan, store, rule, settings, delta_cell)
-        write_certificate(cert, Path(out_dir) / "certificate.json")
+        verdict, result = sequential_result(
+            plan.config,
+            plan.family,
+            store,
+            cost_range=plan.cost_range,
+            return_range=plan.return_range,
+        )
+        cert = make_certificate(
+            "sequential",
+            verdict,
+            parameters=certified_parameters(plan.config),
+            inputs=run_inputs(plan, store),
+            seed=plan.config.seed,
+            result=result,
+        )
+        write_certificate(cert, Path(out_dir) / "certificate.json", sign_key=sign_key)
         from safecert.report import write_report
 
         write_report(cert, store.records(), Path(out_dir), config_path=plan.config_path)
@@ -185,21 +209,21 @@ def certify_sequential(
 
 def cell_decisions(
     store: EpisodeStore, rule: Rule, cells: list[int], budget: float
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, SequentialDecision]:
     """Per cell: the rule's decision from the stored prefix (the part ``verify`` recomputes)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, SequentialDecision] = {}
     for cell in cells:
         records = store.records(cell)
         res = rule.decide(outcomes_prefix(records, budget))
-        out[cell] = {
-            "cell": cell,
-            "decision": res.decision,
-            "episodes_used": res.episodes,
-            "failures_used": res.failures,
-            "episodes_run": len(records),
-            "lower_bound": res.lower,
-            "upper_bound": res.upper,
-        }
+        out[cell] = SequentialDecision(
+            cell=cell,
+            decision=res.decision,
+            episodes_used=int(res.episodes),
+            failures_used=int(res.failures),
+            episodes_run=len(records),
+            lower_bound=float(res.lower),
+            upper_bound=float(res.upper),
+        )
     return out
 
 
@@ -213,125 +237,65 @@ def sequential_verdict(
     return "FAIL" if FAIL in every else "INCONCLUSIVE"
 
 
-def sequential_certificate(
-    plan: RunPlan,
+VERDICT_RULE = "PASS iff stage 1 and every grid cell pass; FAIL if any fails; else INCONCLUSIVE"
+
+
+def sequential_result(
+    config: RunConfig,
+    family: Family,
     store: EpisodeStore,
-    rule: Rule,
-    settings: SequentialSettings,
-    delta_cell: float,
-) -> Certificate:
-    """The fixed-N judgement of the stored episodes, with each cell's decision and bounds
-    replaced by the sequential rule's."""
-    base = build_certificate(plan, store)
-    result = dict(base.result)
-    cells, m = family(plan)
-    decided = cell_decisions(store, rule, cells, plan.config.spec.budget)
+    *,
+    cost_range: tuple[float, float] | None,
+    return_range: tuple[float, float] | None,
+) -> tuple[Literal["PASS", "FAIL", "INCONCLUSIVE"], SequentialResult]:
+    """(verdict, result): the fixed-N judgement of the stored episodes with each cell's decision
+    and bounds replaced by the sequential rule's. The one builder: certify and verify call it."""
+    settings = sequential_settings(config)
+    rule = build_rule(config, family, settings)
+    _, base = blackbox_result(
+        config,
+        family,
+        store.records(),
+        cost_range=cost_range,
+        return_range=return_range,
+        obs_ranges=store.get_meta("obs_ranges"),
+        rejudged=None,
+    )
+    decided = cell_decisions(store, rule, list(range(family.size)), config.spec.budget)
 
-    def merge(cell: dict[str, Any], index: int) -> dict[str, Any]:
+    def merge(cell: Cell, index: int) -> dict[str, Any]:
         seq = decided[index]
-        return {
-            **cell,
-            "decision": seq["decision"],
-            "upper_bound": seq["upper_bound"],
-            "lower_bound": seq["lower_bound"],
-            "episodes_used": seq["episodes_used"],
-            "failures_used": seq["failures_used"],
-        }
+        fields = dict(cell)
+        fields.update(
+            decision=seq.decision,
+            upper_bound=seq.upper_bound,
+            lower_bound=seq.lower_bound,
+            episodes_used=seq.episodes_used,
+            failures_used=seq.failures_used,
+        )
+        return fields
 
-    result["cells"] = [merge(c, i) for i, c in enumerate(result["cells"])]
-    result["stage1"] = merge(result["stage1"], plan.stage1_cell)
-    result["odd"] = [c["params"] for c in result["cells"] if c["decision"] == PASS]
-    verdict = sequential_verdict(
-        result["stage1"]["decision"], [c["decision"] for c in result["cells"]]
+    cells = [SequentialCell(**merge(c, i)) for i, c in enumerate(base.cells)]
+    stage1 = SequentialStage1(**merge(base.stage1, family.stage1))
+    verdict = sequential_verdict(stage1.decision, [c.decision for c in cells])
+    common = base.model_dump(exclude={"stage1", "cells", "rejudged", "odd", "verdict_rule"})
+    result = SequentialResult(
+        **{k: getattr(base, k) for k in common},
+        stage1=stage1,
+        cells=cells,
+        odd=[c.params for c in cells if c.decision == PASS],
+        verdict_rule=VERDICT_RULE,
+        sequential=SequentialBlock(
+            method=settings.method,
+            options=settings.rule_options(),
+            rule=to_jsonable(rule.describe()),
+            delta_cell=family.delta_cell,
+            cap=config.episodes,
+            cells=[decided[c] for c in range(family.size)],
+            episodes_used=sum(d.episodes_used for d in decided.values()),
+            episodes_run=sum(d.episodes_run for d in decided.values()),
+            episodes_fixed_n=family.size * config.episodes,
+            note=NOTE,
+        ),
     )
-    used = sum(d["episodes_used"] for d in decided.values())
-    run = sum(d["episodes_run"] for d in decided.values())
-    result["verdict_rule"] = (
-        "PASS iff stage 1 and every grid cell pass; FAIL if any fails; else INCONCLUSIVE"
-    )
-    result["sequential"] = {
-        "method": settings.method,
-        "options": settings.rule_options(),
-        "rule": rule.describe(),
-        "delta_cell": delta_cell,
-        "cap": plan.config.episodes,
-        "cells": [decided[c] for c in cells],
-        "episodes_used": used,
-        "episodes_run": run,
-        "episodes_fixed_n": m * plan.config.episodes,
-        "settings": settings.model_dump(mode="json"),
-        "note": NOTE,
-    }
-    return make_certificate(
-        "blackbox",
-        verdict,
-        parameters=base.parameters,
-        inputs=dict(base.inputs),
-        seed=base.seed,
-        result=result,
-    )
-
-
-def verify_sequential(cert: Certificate, store: EpisodeStore) -> list[Check]:
-    """Recompute every cell's stopping decision from the stored episodes (in index order).
-
-    The rule is rebuilt from the certificate's method, options, p*, cap and δ' (itself checked
-    against confidence / M); the counts were checked by the caller.
-    """
-    res = cert.result
-    seq = res["sequential"]
-    checks: list[Check] = []
-    m = res["family_size"]
-    delta_cell = (1.0 - res["confidence"]) / m
-    checks.append(
-        Check(
-            "sequential delta",
-            math.isclose(delta_cell, seq["delta_cell"], rel_tol=1e-12),
-            f"(1 - {res['confidence']}) / {m} = {delta_cell:.6g}",
-        )
-    )
-    rule = make_rule(seq["method"], res["p_star"], delta_cell, seq["cap"], seq["options"])
-    checks.append(
-        Check("sequential rule", rule.describe() == seq["rule"], f"method {seq['method']}")
-    )
-    claimed = {c["cell"]: c for c in seq["cells"]}
-    fresh = cell_decisions(store, rule, sorted(claimed), res["budget"])
-    for cell, mine in fresh.items():
-        theirs = claimed[cell]
-        same = all(
-            mine[k] == theirs[k]
-            for k in ("decision", "episodes_used", "failures_used", "episodes_run")
-        ) and all(
-            math.isclose(mine[k], theirs[k], rel_tol=1e-9, abs_tol=1e-12)
-            for k in ("lower_bound", "upper_bound")
-        )
-        checks.append(
-            Check(
-                f"cell {cell} sequential decision",
-                same and mine["decision"] != UNDECIDED,
-                f"recomputed {mine['decision']} after {mine['episodes_used']} episodes "
-                f"({mine['failures_used']} failures), certificate {theirs['decision']} after "
-                f"{theirs['episodes_used']}",
-            )
-        )
-    grid = res["cells"]
-    stage1 = res["stage1"]
-    consistent = (
-        all(
-            c["decision"] == fresh[i]["decision"] and c["upper_bound"] == fresh[i]["upper_bound"]
-            for i, c in enumerate(grid)
-        )
-        and stage1["decision"] == fresh[stage1["cell"]]["decision"]
-    )
-    verdict = sequential_verdict(
-        fresh[stage1["cell"]]["decision"], [fresh[i]["decision"] for i in range(len(grid))]
-    )
-    odd = [c["params"] for i, c in enumerate(grid) if fresh[i]["decision"] == PASS]
-    checks.append(
-        Check(
-            "sequential verdict",
-            consistent and verdict == cert.verdict and odd == res["odd"],
-            f"recomputed verdict {verdict}, certificate {cert.verdict}",
-        )
-    )
-    return checks
+    return verdict, result

@@ -3,12 +3,13 @@
 SQLite in WAL mode, one transaction per batch of records. ``(cell, index)`` is the primary key and
 inserts are ``INSERT OR IGNORE``, so a resumed run can never count an episode twice; a record is
 either committed (and kept) or lost with the batch that was in flight (and rerun on resume —
-its seed is fixed, so the rerun gives the same outcome). A ``meta`` table holds JSON values (the
+its seed is fixed, so the rerun gives the same outcome). ``synchronous=FULL``: a committed batch survives a power loss, not only a crash. A ``meta`` table holds JSON values (the
 config digest, estimated observation ranges, …).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -45,7 +46,7 @@ class EpisodeStore:
         try:
             self._db = sqlite3.connect(path, timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise DataError(
@@ -88,6 +89,16 @@ class EpisodeStore:
             EpisodeRecord(c, i, s, ret, cost, bool(g), bool(te), bool(tr), st, why)
             for c, i, s, ret, cost, g, te, tr, st, why in rows
         ]
+
+    def rows_sha256(self) -> str:
+        """Canonical digest of the evidence: every episode row in (cell, index) order and the
+        estimated observation ranges. Equal content gives an equal digest whatever SQLite's
+        file layout; any edited, added or deleted row changes it."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps(self.get_meta("obs_ranges"), sort_keys=True).encode())
+        for row in self._db.execute(f"SELECT {_COLUMNS} FROM episodes ORDER BY cell, idx"):
+            digest.update(b"\n" + json.dumps(list(row)).encode())
+        return digest.hexdigest()
 
     def done(self) -> set[tuple[int, int]]:
         return set(self._db.execute("SELECT cell, idx FROM episodes").fetchall())

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from safecert.document import durable_write
 from safecert.errors import ConfigError, DataError
 
 Layer = tuple[np.ndarray, np.ndarray]
@@ -146,8 +148,15 @@ class ReluNetwork:
                 f"cannot read layers ({exc})", field=name, fix='use [{"W": …, "b": …}, …]'
             ) from exc
 
+    def npz_bytes(self) -> bytes:
+        """The ``.npz`` file of :meth:`to_arrays` as bytes (what :meth:`save_npz` writes)."""
+        buf = io.BytesIO()
+        np.savez(buf, **self.to_arrays())  # type: ignore[arg-type]
+        return buf.getvalue()
+
     def save_npz(self, path: str | Path) -> None:
-        np.savez(Path(path), **self.to_arrays())  # type: ignore[arg-type]
+        """Write :meth:`npz_bytes` to ``path`` durably (a crash leaves the old file or the new)."""
+        durable_write(Path(path), self.npz_bytes())
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], *, name: str = "network") -> ReluNetwork:

@@ -9,6 +9,7 @@ than two state variables have no such picture (:func:`can_plot`).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from safecert.bnn.dynamics import Benchmark
 from safecert.bnn.networks import ReluNetwork
+from safecert.document import durable_write
 
 
 def can_plot(bench: Benchmark) -> bool:
@@ -93,9 +95,8 @@ def plot_invariant(
     ax.set_ylabel(names[1])
     ax.set_title(title or f"{bench.name}: g = 0 (green: Inv), X0 (blue), X_u (hatched)")
     ax.legend(loc="upper right", fontsize=8)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
-    return path
+    return durable_write(Path(path), buf.getvalue())

@@ -13,7 +13,7 @@ proof — never a claim about the ε that failed (UNKNOWN is not "unsafe").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -33,7 +33,7 @@ from safecert.bnn.learner import Learner, bootstrap_labels
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox, parse_epsilon
-from safecert.bnn.verifier import Verifier
+from safecert.bnn.verifier import DEFAULT_MARGIN, Verifier
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
@@ -57,6 +57,8 @@ class BnnProblem:
     #: closure asked strictly first in CEGIS (Verifier ``strict_closure``; proofs unchanged;
     #: fewer MILPs, benchmarks/RESULTS_bnn_verifier.md)
     strict_closure: bool = True
+    #: the verifier's soundness margin (``Verifier(margin=…)``); the certificate records it
+    verifier_margin: float = DEFAULT_MARGIN
 
     def box(self, epsilon: Epsilon) -> WeightBox:
         return self.spec.box(self.mean, epsilon)
@@ -100,6 +102,7 @@ class BnnProblem:
             threads=1,
             first_feasible=False,
             strict_closure=self.strict_closure,
+            margin=self.verifier_margin,
         )
         falsifier = (
             SamplingFalsifier(self.bench, box, rng, samples=cfg.data.falsifier_samples)
@@ -155,6 +158,56 @@ class SearchResult:
 RunFn = Callable[[Epsilon, Warm, float], CegisResult]
 
 
+@dataclass(frozen=True)
+class SearchPlan:
+    """What a run searches: the ladder, the bisection steps and the time budget (seconds)."""
+
+    ladder: tuple[Epsilon, ...]
+    bisection_steps: int
+    total_time_s: float
+
+
+def search_plan(cfg: BnnConfig) -> SearchPlan:
+    """The plan ``cfg`` implies: with ``[search] enabled`` its ladder, bisection steps and
+    ``limits.total_s``; otherwise the one requested ε with ``limits.per_epsilon_s``. Both
+    ``safecert bnn verify`` and its checker derive the ε tried from this."""
+    if cfg.search.enabled:
+        return SearchPlan(
+            tuple(parse_epsilon(e) for e in cfg.search.ladder),
+            cfg.search.bisection_steps,
+            cfg.limits.total_s,
+        )
+    return SearchPlan((cfg.epsilon_value(),), 0, cfg.limits.per_epsilon_s)
+
+
+def epsilon_sequence(
+    ladder: Sequence[Epsilon | str | float], bisection_steps: int
+) -> Generator[Epsilon, bool, None]:
+    """The ε values the search tries, in order; ``send`` whether the last one was certified.
+
+    The ladder (increasing, one unit) up to its first failure, then ``bisection_steps`` halvings
+    of the gap between the largest certified rung (or 0) and that failure. The same sequence
+    drives :func:`search_epsilon` and is replayed by ``safecert verify`` to check that the
+    certified ε is one the parameters allow.
+    """
+    eps = [parse_epsilon(e) for e in ladder]
+    best: Epsilon | None = None
+    failed: Epsilon | None = None
+    for e in eps:
+        if (yield e):
+            best = e
+        else:
+            failed = e
+            break
+    if failed is None:
+        return
+    lo = best.value if best is not None else 0.0
+    hi = failed.value
+    for _ in range(int(bisection_steps)):
+        mid = Epsilon((lo + hi) / 2.0, failed.in_sigma)
+        lo, hi = (mid.value, hi) if (yield mid) else (lo, mid.value)
+
+
 def search_epsilon(
     run: RunFn,
     ladder: Sequence[Epsilon | str | float],
@@ -164,45 +217,29 @@ def search_epsilon(
     clock: str = "wall",
 ) -> SearchResult:
     """Largest certified ε on ``ladder`` (increasing, one unit), then ``bisection_steps`` halvings
-    of the gap to the first failure (or to 0 when the first rung fails). ``run(ε, warm, limit_s)``
-    runs Alg. 1; the search stops when ``total_time_s`` (on ``clock``, see
-    :data:`~safecert.bnn.cegis.CLOCKS`) is spent."""
-    eps = [parse_epsilon(e) for e in ladder]
+    of the gap to the first failure (or to 0 when the first rung fails): the ε values of
+    :func:`epsilon_sequence`. ``run(ε, warm, limit_s)`` runs Alg. 1; the search stops when
+    ``total_time_s`` (on ``clock``, see :data:`~safecert.bnn.cegis.CLOCKS`) is spent."""
     now = CLOCKS[clock]
     t0 = now()
     out = SearchResult()
     warm: Warm = None
-
-    def attempt(e: Epsilon) -> Attempt | None:
-        nonlocal warm
+    plan = epsilon_sequence(ladder, bisection_steps)
+    e: Epsilon | None = next(plan, None)
+    while e is not None:
         remaining = total_time_s - (now() - t0)
         if remaining <= 0:
             log.info("ε search: time budget spent before %s", e)
-            return None
+            break
         res = run(e, warm, remaining)
         a = Attempt(e, res)
         out.attempts.append(a)
         log.info("ε search: %s → %s (%s)", e, res.verdict, res.reason)
         if a.certified:
             warm = (res.invariant, res.data)
-        return a
-
-    failed: Epsilon | None = None
-    for e in eps:
-        a = attempt(e)
-        if a is None:
-            break
-        if not a.certified:
-            failed = e
-            break
-    if failed is not None:
-        lo = out.best.epsilon.value if out.best is not None else 0.0
-        hi = failed.value
-        for _ in range(int(bisection_steps)):
-            mid = Epsilon((lo + hi) / 2.0, failed.in_sigma)
-            a = attempt(mid)
-            if a is None:
-                break
-            lo, hi = (mid.value, hi) if a.certified else (lo, mid.value)
+        try:
+            e = plan.send(a.certified)
+        except StopIteration:
+            e = None
     out.total_s = now() - t0
     return out

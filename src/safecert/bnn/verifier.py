@@ -55,6 +55,10 @@ from safecert.errors import ConfigError
 Condition = Literal["closure", "initial", "unsafe", "problem1"]
 CheckStatus = Literal["infeasible", "counterexample", "spurious", "timeout", "error"]
 
+#: the soundness margin of every query (module docstring): what ``safecert bnn verify`` proves
+#: with, records in its certificate and ``safecert verify`` re-checks with
+DEFAULT_MARGIN = 1e-6
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -141,7 +145,7 @@ class Verifier:
         solver: str = "highs",
         time_limit_s: float | None = 60.0,
         tighten: bool = False,
-        margin: float = 1e-6,
+        margin: float = DEFAULT_MARGIN,
         robust_margin: float = 1e-5,
         first_feasible: bool = True,
         threads: int = 1,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from safecert.cli.output import console, emit_json, table
+from safecert.cli.output import SignKeyOpt, console, emit_json, table
 from safecert.errors import ConfigError
 
 
@@ -19,28 +19,28 @@ def _verdict_table(cert) -> None:
     rows = [
         [
             str(i),
-            cell_label(c["params"]),
-            c["episodes"],
-            c["task_failures"],
-            c["safety_failures"],
-            c["failures"],
-            float(c["upper_bound"]),
-            c["decision"],
+            cell_label(c.params),
+            c.episodes,
+            c.task_failures,
+            c.safety_failures,
+            c.failures,
+            float(c.upper_bound),
+            c.decision,
         ]
-        for i, c in enumerate(res["cells"])
+        for i, c in enumerate(res.cells)
     ]
     console.print(
         table(
-            f"safecert certify: p* = {res['p_star']}, confidence {res['confidence']}, "
-            f"M = {res['family_size']}",
+            f"safecert certify: p* = {res.p_star}, confidence {res.confidence}, "
+            f"M = {res.family_size}",
             ["cell", "params", "N", "task", "safety", "unified", "upper", "decision"],
             rows,
         )
     )
-    s1 = res["stage1"]
+    s1 = res.stage1
     console.print(
-        f"stage 1 (nominal): {s1['decision']} ({s1['failures']}/{s1['episodes']}, "
-        f"upper {s1['upper_bound']:.5f}); ODD: {len(res['odd'])}/{len(res['cells'])} cells"
+        f"stage 1 (nominal): {s1.decision} ({s1.failures}/{s1.episodes}, "
+        f"upper {s1.upper_bound:.5f}); ODD: {len(res.odd)}/{len(res.cells)} cells"
     )
     colour = "green" if cert.verdict == "PASS" else "red"
     console.print(f"[bold {colour}]{cert.verdict}[/]")
@@ -93,6 +93,7 @@ def certify(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the certificate as JSON.")
     ] = False,
+    sign_key: SignKeyOpt = None,
 ) -> None:
     """Certify a black-box policy over its envelope grid; exit 1 when the verdict is FAIL.
 
@@ -114,11 +115,13 @@ def certify(
             raise ConfigError(
                 "sequential certification is not available yet", field="--sequential"
             ) from None
-        cert = certify_sequential(config, out, runner, resume, progress)
+        cert = certify_sequential(config, out, runner, resume, progress, sign_key=sign_key)
     else:
         from safecert.blackbox.certify import certify as run_certify
 
-        cert = run_certify(config, out, backend=runner, resume=resume, progress=progress)
+        cert = run_certify(
+            config, out, backend=runner, resume=resume, progress=progress, sign_key=sign_key
+        )
     if json_out:
         emit_json(cert.model_dump(mode="json"))
     else:
@@ -179,6 +182,7 @@ def rejudge(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the certificate as JSON.")
     ] = False,
+    sign_key: SignKeyOpt = None,
 ) -> None:
     """Re-judge stored episodes at another budget and p* (no new episodes); exit 1 on FAIL.
 
@@ -186,7 +190,7 @@ def rejudge(
     """
     from safecert.blackbox.rejudge import rejudge as run_rejudge
 
-    cert, where = run_rejudge(run_dir, budget, p_star, out)
+    cert, where = run_rejudge(run_dir, budget, p_star, out, sign_key=sign_key)
     if json_out:
         emit_json(cert.model_dump(mode="json"))
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,12 +35,16 @@ def verify(
         bool, typer.Option("--search", help="Search the largest ε on the ladder.")
     ] = False,
     out: Annotated[
-        Path, typer.Option(help="Output folder (certificate.json, invariant.png).")
+        Path, typer.Option(help="Output folder (certificate.json, policy.npz, invariant.png).")
     ] = ...,
     time_limit: Annotated[
         float | None, typer.Option("--time-limit", help="Seconds per ε (overrides the config).")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (overrides the config).")] = None,
+    sign_key: Annotated[
+        Path | None,
+        typer.Option("--sign-key", help="Ed25519 private key: also write certificate.json.sig."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log CEGIS progress.")] = False,
 ) -> None:
@@ -48,6 +52,7 @@ def verify(
 
     Example: safecert bnn verify --benchmark lds --epsilon 0.5sigma --out runs/lds
     """
+    from safecert.bnn.certify import certify_run
     from safecert.bnn.config import benchmark_config, load_config
 
     if (config is None) == (benchmark is None):
@@ -79,9 +84,13 @@ def verify(
         cfg = parse_model(
             BnnConfig, {**cfg.model_dump(), **{k: _dump(v) for k, v in updates.items()}}
         )
+    if sign_key is not None and not sign_key.is_file():
+        raise ConfigError(f"{sign_key} does not exist", field="--sign-key", fix="pass a key file")
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    summary = run_verify(cfg, config, out, quiet=json_out)
+    with _progress(quiet=json_out) as update:
+        run = certify_run(cfg, config, out, sign_key=sign_key, progress=update)
+    summary = run.summary()
     if json_out:
         emit_json(summary)
     else:
@@ -94,35 +103,6 @@ def _dump(v: Any) -> Any:
     return v.model_dump() if hasattr(v, "model_dump") else v
 
 
-def run_verify(cfg: Any, config_path: Path | None, out: Path, *, quiet: bool) -> dict[str, Any]:
-    """Run a ``bnn verify`` and write its artifacts into ``out``; returns the summary."""
-    from safecert.bnn.config import bayesian_spec, load_policy_network
-    from safecert.bnn.dynamics import get_benchmark
-    from safecert.bnn.search import BnnProblem, search_epsilon
-
-    base = config_path.parent if config_path is not None else None
-    mean, policy_path = load_policy_network(cfg, base)
-    bench = get_benchmark(cfg.system)
-    spec = bayesian_spec(cfg, mean)
-    problem = BnnProblem(bench, mean, spec, cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    with _progress(quiet) as update:
-        problem.progress = update
-        ladder = cfg.search.ladder if cfg.search.enabled else [cfg.epsilon]
-        found = search_epsilon(
-            lambda e, warm, limit: problem.run(e, warm, limit),
-            ladder,
-            total_time_s=cfg.limits.total_s if cfg.search.enabled else cfg.limits.per_epsilon_s,
-            bisection_steps=cfg.search.bisection_steps if cfg.search.enabled else 0,
-            clock=cfg.limits.clock,
-        )
-    if policy_path is not None:
-        shutil.copyfile(policy_path, out / "policy.npz")
-    else:
-        mean.save_npz(out / "policy.npz")
-    return write_outputs(problem, found, out, config_path)
-
-
 class _progress:
     """A rich spinner showing the latest CEGIS event (silent with --json)."""
 
@@ -130,7 +110,7 @@ class _progress:
         self.quiet = quiet
         self.status: Any = None
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[int, str], None]:
         if self.quiet:
             return lambda it, text: None
         self.status = err_console.status("CEGIS: starting")
@@ -140,46 +120,6 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.status is not None:
             self.status.__exit__(*exc)
-
-
-def write_outputs(problem: Any, found: Any, out: Path, config_path: Path | None) -> dict[str, Any]:
-    """certificate.json (and invariant.png for 2-D systems) in ``out``; returns the summary."""
-    from safecert.bnn.plot import can_plot, plot_invariant
-    from safecert.bnn.verify import POLICY_FILE, build_certificate
-    from safecert.certificate import sha256_file, write_certificate
-
-    cert, shown = build_certificate(
-        problem,
-        found,
-        policy_sha256=sha256_file(out / POLICY_FILE),
-        config_sha256=sha256_file(config_path) if config_path is not None else None,
-    )
-    path = write_certificate(cert, out / "certificate.json")
-    plot = None
-    if shown is not None and can_plot(problem.bench):
-        res = shown.result
-        cexs = [(c.x, c.x_next) for c in res.counterexamples]
-        plot = plot_invariant(
-            out / "invariant.png",
-            problem.bench,
-            problem.mean,
-            res.network,
-            cexs,
-            title=f"{problem.bench.name} at ε = {shown.epsilon}: {res.verdict}",
-        )
-    r = cert.result
-    return {
-        "verdict": cert.verdict,
-        "epsilon": str(shown.epsilon) if shown is not None else None,
-        "epsilon_record": r.get("epsilon"),
-        "checks": r.get("checks"),
-        "reason": r.get("reason"),
-        "iterations": r.get("iterations"),
-        "runtimes_s": r.get("runtimes_s"),
-        "search": r["search"],
-        "certificate": str(path),
-        "plot": str(plot) if plot is not None else None,
-    }
 
 
 def _print(summary: dict[str, Any]) -> None:

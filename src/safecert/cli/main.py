@@ -14,6 +14,7 @@ from safecert import __version__
 from safecert.cli import blackbox as blackbox_cli
 from safecert.cli import shield as shield_cli
 from safecert.cli import bnn as bnn_cli
+from safecert.cli import keys as keys_cli
 from safecert.cli import stats as stats_cli
 from safecert.cli import verify as verify_cli
 from safecert.errors import SafecertError
@@ -45,6 +46,8 @@ def _root(
 app.command()(stats_cli.bound)
 app.command()(stats_cli.plan)
 app.command()(verify_cli.verify)
+app.command()(keys_cli.keygen)
+app.command()(keys_cli.sign)
 app.command()(blackbox_cli.certify)
 app.command()(blackbox_cli.rejudge)
 app.add_typer(shield_cli.app, name="shield")

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from rich.console import Console
 from rich.table import Table
 
-from safecert.certificate import canonical_json, to_jsonable
+from safecert.document import canonical_json, to_jsonable
+
+#: ``--sign-key KEY``, shared by every command that writes a certificate
+SignKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--sign-key",
+        help="Ed25519 private key (safecert keygen): also write CERT.sig next to the certificate.",
+    ),
+]
 
 console = Console()
 err_console = Console(stderr=True)

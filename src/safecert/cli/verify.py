@@ -1,4 +1,4 @@
-"""``safecert verify CERT.json``: validate the envelope and re-check it with its engine."""
+"""``safecert verify CERT.json``: validate the certificate and re-derive its claim with its engine."""
 
 from __future__ import annotations
 
@@ -9,36 +9,91 @@ import typer
 
 from safecert.certificate import Evidence, read_certificate, verify_certificate
 from safecert.cli.output import console, emit_json, table
+from safecert.errors import ConfigError
 
 
 def verify(
     certificate: Annotated[Path, typer.Argument(help="certificate.json written by safecert.")],
     logs: Annotated[Path | None, typer.Option(help="Logs behind a shield certificate.")] = None,
-    data: Annotated[Path | None, typer.Option(help="Folder with the run's evidence.")] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Folder with the run's evidence (default: the certificate's folder)."),
+    ] = None,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--inputs",
+            help="Folder holding the input files now (default: inputs.root as recorded); "
+            "for checking on another machine.",
+        ),
+    ] = None,
+    pubkey: Annotated[
+        Path | None,
+        typer.Option(
+            help="Ed25519 public key: also require CERT.sig to be a valid signature by it."
+        ),
+    ] = None,
+    resimulate: Annotated[
+        int,
+        typer.Option(
+            help="Black-box only: re-run K stored episodes chosen at random from their seeds "
+            "with the recorded policy and environment, and fail when any outcome differs. "
+            "This shows the store was produced by this policy and environment for those "
+            "episodes; it does not show the vendor behaves the same elsewhere or later.",
+        ),
+    ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Independently recompute a certificate from its evidence; exit 1 on any mismatch.
+    """Re-derive a certificate's claim from its parameters and evidence; exit 1 on any mismatch.
 
-    Example: safecert verify runs/demo/certificate.json
+    Every value in the certificate's result is recomputed and compared; every input file and the
+    evidence are re-hashed. Exit 0: verified; 1: a check failed (each named, with both values);
+    2: the certificate or an option is malformed.
+
+    Example: safecert verify runs/demo/certificate.json --pubkey keys/safecert_ed25519.pub
     """
+    if resimulate < 0 or resimulate > 1_000_000:
+        raise ConfigError(f"{resimulate} is out of range", field="--resimulate", fix="0 … 1000000")
     cert = read_certificate(certificate)
-    report = verify_certificate(cert, Evidence(certificate, logs=logs, data_dir=data))
+    if resimulate and cert.kind not in ("blackbox", "sequential"):
+        raise ConfigError(
+            f"a {cert.kind} certificate has no episodes to re-run", field="--resimulate"
+        )
+    report = verify_certificate(
+        cert,
+        Evidence(certificate, logs=logs, data_dir=data, inputs_dir=inputs, resimulate=resimulate),
+    )
+    if pubkey is not None:
+        from safecert.signing import check_signature
+
+        report.checks.extend(check_signature(certificate, pubkey))
     if json_out:
         emit_json(
             {
                 "kind": report.kind,
+                "verdict": cert.verdict,
                 "ok": report.ok,
+                "signed": pubkey is not None,
                 "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
             }
         )
     else:
+        failed = report.failed
+        shown = failed if failed else report.checks
         console.print(
             table(
-                f"verify {certificate} ({report.kind})",
+                f"verify {certificate} ({report.kind}): "
+                + (f"{len(failed)} of {len(report.checks)} checks FAILED" if failed else
+                   f"{len(report.checks)} checks"),
                 ["name", "ok", "detail"],
-                [[c.name, "yes" if c.ok else "NO", c.detail] for c in report.checks],
+                [[c.name, "yes" if c.ok else "NO", c.detail] for c in shown],
             )
         )
-        console.print("[bold green]VERIFIED[/]" if report.ok else "[bold red]MISMATCH[/]")
+        console.print(
+            f"[bold green]VERIFIED[/] {cert.kind} {cert.verdict}"
+            + (" (signature checked)" if pubkey is not None else " (signature not checked)")
+            if report.ok
+            else "[bold red]MISMATCH[/]"
+        )
     if not report.ok:
         raise typer.Exit(1)

@@ -17,7 +17,9 @@ from typing import Any
 
 from safecert.blackbox.grid import cell_label
 from safecert.blackbox.jobs import EpisodeRecord
-from safecert.certificate import Certificate
+from safecert.certificate import BlackboxCertificate, SequentialCertificate
+
+Certificate = BlackboxCertificate | SequentialCertificate
 from safecert.report.odd import odd_maps
 
 MAX_COUNTEREXAMPLES = 25
@@ -35,7 +37,7 @@ def tables(
     cert: Certificate, records: Sequence[EpisodeRecord], config_path: Path | None, out_dir: Path
 ) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, columns, rows) of every table in the report."""
-    res = cert.result
+    res = cert.result.model_dump(mode="json")
     cells = res["cells"]
     breakdown = [
         [
@@ -56,10 +58,10 @@ def tables(
         [
             str(i),
             cell_label(c["params"]),
-            _fmt(c["return"]["mean"]),
-            _fmt(c["return"]["lcb"]),
-            _fmt(c["cost"]["mean"]),
-            _fmt(c["cost"]["ucb"]),
+            _fmt(c["return_kpi"]["mean"]),
+            _fmt(c["return_kpi"]["bound"]),
+            _fmt(c["cost_kpi"]["mean"]),
+            _fmt(c["cost_kpi"]["bound"]),
         ]
         for i, c in enumerate(cells)
     ]
@@ -133,7 +135,7 @@ def tables(
 
 
 def _summary(cert: Certificate) -> list[tuple[str, str]]:
-    res, p = cert.result, cert.parameters
+    res, p = cert.result.model_dump(mode="json"), cert.parameters
     s1 = res["stage1"]
     return [
         ("verdict", cert.verdict),
@@ -190,7 +192,7 @@ def write_report(
     """Write report.html, report.md and the ODD PNGs; returns their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    maps = odd_maps(cert.result, out_dir)
+    maps = odd_maps(cert.result.model_dump(mode="json"), out_dir)
     tabs = tables(cert, records, config_path, out_dir)
     summary = _summary(cert)
     colour = "#2e9d57" if cert.verdict == "PASS" else "#d6453d"

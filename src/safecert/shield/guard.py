@@ -14,6 +14,10 @@ Every executed action therefore lies in D(φ(h)): the composite controller is ad
 Thm. 1's certificate covers it. The guard fails closed: an unknown state, an unknown tool, a
 malformed proposal or an exception from the abstraction blocks the call (halt stays permitted:
 A3, halting is always safe). It is thread-safe (one lock around each check and the counters).
+
+A state the shield does not list is **halt-only**: :func:`permitted_actions` is the one definition
+of D(s) for a shield table, shared by the guard, ``safecert shield certify --shield`` (through
+:func:`safecert.shield.report.allowed_from_json`) and ``safecert verify``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,18 @@ from safecert.shield.sandbox import Entry, Sandbox, ToolCall
 
 POLICIES = ("restrict", "halt", "ask_again")
 MAX_REFUSALS = 4
+
+
+def permitted_actions(
+    shield: Mapping[str, Collection[str]], state: object, halt: str
+) -> frozenset[str]:
+    """D(state) of a shield table ``{state label: permitted actions}``: the listed actions plus
+    halt; only ``{halt}`` for a state (or non-string) the table does not list.
+
+    This is what the runtime guard enforces and what every certificate certifies, so a shield file
+    that omits a live state is never read as "everything permitted" anywhere."""
+    listed = shield.get(state) if isinstance(state, str) else None
+    return frozenset({halt}) if listed is None else frozenset(listed) | {halt}
 
 
 @dataclass(frozen=True)
@@ -62,15 +78,13 @@ class Guard:
             raise ConfigError(f"halt action {halt!r} is not an action", field="halt")
         self.actions = frozenset(actions)
         self.halt = halt
-        table: dict[str, frozenset[str]] = {}
         for state, tools in shield.items():
             unknown = set(tools) - self.actions
             if unknown:
                 raise ConfigError(
                     f"state {state!r} permits unknown tools {sorted(unknown)}", field="shield"
                 )
-            table[state] = frozenset(tools) | {halt}
-        self._table = table
+        self._table = {state: frozenset(tools) for state, tools in shield.items()}
         self._abstraction = abstraction
         self._lock = threading.Lock()
         self.checks = 0
@@ -82,7 +96,7 @@ class Guard:
             state = self._abstraction()
         except Exception:  # fail closed on any abstraction error
             return frozenset({self.halt})
-        return self._table.get(state, frozenset({self.halt}))
+        return permitted_actions(self._table, state, self.halt)
 
     def check(self, tool: object) -> Decision:
         """Is ``tool`` permitted in the current abstract state? Fails closed."""
@@ -93,14 +107,16 @@ class Guard:
             except Exception as exc:  # fail closed on any abstraction error
                 state, allowed, reason = None, False, f"abstraction failed: {type(exc).__name__}"
             else:
-                allowed_set = self._table.get(state) if isinstance(state, str) else None
                 if not isinstance(tool, str) or tool not in self.actions:
                     allowed, reason = False, f"unknown tool {tool!r}"
-                elif allowed_set is None:
-                    allowed, reason = False, f"unknown state {state!r}"
                 else:
-                    allowed = tool in allowed_set
-                    reason = "" if allowed else f"{tool!r} is forbidden in state {state}"
+                    allowed = tool in permitted_actions(self._table, state, self.halt)
+                    if allowed:
+                        reason = ""
+                    elif isinstance(state, str) and state in self._table:
+                        reason = f"{tool!r} is forbidden in state {state}"
+                    else:
+                        reason = f"unknown state {state!r}"
             if tool == self.halt:
                 allowed, reason = True, ""
             if not allowed:

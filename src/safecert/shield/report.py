@@ -1,4 +1,4 @@
-"""Readable views of a shield: the certificate's ``result`` block, a Markdown table and, for
+"""Views of a shield: the ``shield.json`` table (to and from the array), a Markdown table and, for
 grid-shaped models (a ``[layout]`` table in the model), a PNG map like the paper's Fig. 1b —
 hazards shaded, start and goal marked, every forbidden move drawn as a red fence on the side of
 the cell it would leave by, V̄_T printed in each live cell."""
@@ -11,14 +11,13 @@ from typing import Any
 import numpy as np
 
 from safecert.errors import DataError
-from safecert.shield.estimate import RowEstimates
+from safecert.shield.guard import permitted_actions
 from safecert.shield.model import ShieldModel
-from safecert.shield.reach import robust_rows
-from safecert.shield.synthesis import forbidden_fraction
 
 
 def allowed_to_json(model: ShieldModel, allowed: np.ndarray) -> dict[str, list[str]]:
-    """Live state label → permitted actions (unsafe states are absorbing and omitted)."""
+    """Every live state label → its permitted actions, in model order (unsafe states are
+    absorbing and omitted). This is the content of ``shield.json`` and of ``result.allowed``."""
     return {
         model.labels[s]: [model.actions[a] for a in np.flatnonzero(allowed[s])]
         for s in np.flatnonzero(model.live)
@@ -26,67 +25,36 @@ def allowed_to_json(model: ShieldModel, allowed: np.ndarray) -> dict[str, list[s
 
 
 def allowed_from_json(model: ShieldModel, data: Any, field: str = "shield") -> np.ndarray:
-    """Inverse of :func:`allowed_to_json`; states not listed keep every action; halt is forced."""
+    """The shield array of a table ``{state label: [actions]}`` (inverse of
+    :func:`allowed_to_json`), with the runtime guard's meaning
+    (:func:`safecert.shield.guard.permitted_actions`): halt is always permitted and a state the
+    table does not list is **halt-only**. Unknown labels or actions are a DataError naming
+    ``field``."""
     if not isinstance(data, dict):
         raise DataError("must map state labels to lists of actions", field=field)
-    allowed = np.ones(model.k.shape, dtype=bool)
+    labels = set(model.labels)
+    table: dict[str, list[str]] = {}
     for label, acts in data.items():
-        s = _label_index(model, label, field)
+        if label not in labels:
+            raise DataError(
+                f"unknown state {label!r}", field=field, fix="use the model's state labels"
+            )
         if not isinstance(acts, list):
             raise DataError(f"{label!r} must map to a list of actions", field=field)
-        allowed[s] = False
         for a in acts:
-            allowed[s, model.action_index(a, field=f"{field}.{label}")] = True
-    allowed[:, model.halt] = True
+            model.action_index(a, field=f"{field}.{label}")
+        table[label] = acts
+    halt = model.actions[model.halt]
+    allowed = np.zeros(model.k.shape, dtype=bool)
+    for s, label in enumerate(model.labels):
+        for name in permitted_actions(table, label, halt):
+            allowed[s, model.action_index(name)] = True
     return allowed
 
 
-def _label_index(model: ShieldModel, label: str, field: str) -> int:
-    if label not in model.labels:
-        raise DataError(f"unknown state {label!r}", field=field, fix="use the model's state labels")
-    return model.labels.index(label)
-
-
-def result_block(
-    model: ShieldModel,
-    est: RowEstimates,
-    allowed: np.ndarray,
-    values: np.ndarray,
-    *,
-    epsilon: float | None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The shield certificate's ``result`` (ARCHITECTURE.md fields plus diagnostics)."""
-    radius = robust_rows(model, est).radius
-    rows = []
-    for s, a in np.argwhere((model.k >= 2) & model.live[:, None]):
-        r = float(radius[s, a])
-        rows.append(
-            {
-                "state": model.labels[s],
-                "action": model.actions[a],
-                "n0": int(est.n0[s, a]),
-                "visits": int(est.visits[s, a]),
-                "beta": None if not np.isfinite(r) else r,
-                "vacuous": bool(est.vacuous[s, a]),
-            }
-        )
-    return {
-        "bound": float(values[model.initial]),
-        "epsilon": epsilon,
-        "horizon": model.horizon,
-        "delta": model.delta,
-        "eta": model.eta,
-        "allowed": allowed_to_json(model, allowed),
-        "rows": rows,
-        "forbidden_fraction": forbidden_fraction(model, allowed),
-        "values": {model.labels[s]: float(values[s]) for s in np.flatnonzero(model.live)},
-        "stochastic_rows": model.stochastic_rows,
-        "missed_budget": est.missed_budget,
-        "steps": est.steps,
-        "episodes": est.episodes,
-        **(extra or {}),
-    }
+def missing_live_states(model: ShieldModel, data: dict[str, Any]) -> list[str]:
+    """Live states a shield table does not list (each of them is halt-only)."""
+    return [model.labels[s] for s in np.flatnonzero(model.live) if model.labels[s] not in data]
 
 
 def table_rows(model: ShieldModel, allowed: np.ndarray, values: np.ndarray) -> list[list[Any]]:

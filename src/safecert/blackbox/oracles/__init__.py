@@ -178,8 +178,10 @@ def import_from(target: str, base_dir: Path, *, field: str) -> object:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{target!r} is not module:attr", field=field, fix="e.g. mypkg.pol:act")
-    if str(base_dir) not in sys.path:
-        sys.path.insert(0, str(base_dir))
+    if str(base_dir) in sys.path:
+        sys.path.remove(str(base_dir))
+    sys.path.insert(0, str(base_dir))
+    _forget_shadowed(module_name, Path(base_dir))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -194,6 +196,21 @@ def import_from(target: str, base_dir: Path, *, field: str) -> object:
             raise ConfigError(f"module {module_name!r} has no attribute {attr!r}", field=field)
         obj = getattr(obj, part)
     return obj
+
+
+def _forget_shadowed(module_name: str, base_dir: Path) -> None:
+    """Drop an already imported module of this name that came from another folder than the
+    config's own copy, so the code that runs (and is hashed) is the config's."""
+    stem = base_dir / Path(*module_name.split("."))
+    own = next((p for p in (stem.with_suffix(".py"), stem / "__init__.py") if p.is_file()), None)
+    loaded = sys.modules.get(module_name)
+    source = getattr(loaded, "__file__", None)
+    if own is None or loaded is None or source is None:
+        return
+    if Path(source).resolve() != own.resolve():
+        for name in [n for n in sys.modules if n == module_name or n.startswith(module_name + ".")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
 
 
 def _check_python_target(rest: str, base: Path) -> tuple[str, str, tuple[str, ...]]:
@@ -222,6 +239,10 @@ def _existing_file(name: str, base: Path, *, what: str) -> Path:
 def _resolve_command(command: str, base: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``shlex.split`` the command; resolve the program and, for interpreters, the script.
 
+    Artifacts (hashed into the certificate): the program when given by path, the script of an
+    interpreter, and every argument (or ``--opt=VALUE`` value) that names an existing file — so
+    ``exec:node vendor.js`` and ``exec:awk -f vendor.awk`` identify the vendor's code.
+
     ``python``/``python3`` mean the running interpreter (``sys.executable``), so a vendor script
     sees the same environment as safecert; give an absolute path to choose another interpreter.
     """
@@ -249,7 +270,23 @@ def _resolve_command(command: str, base: Path) -> tuple[tuple[str, ...], tuple[s
         if found is None:
             raise ConfigError(f"program {program!r} is not on PATH", field="policy")
         argv[0] = found
+    for arg in argv[1:]:
+        named = _named_file(arg.partition("=")[2] if arg.startswith("-") else arg, base)
+        if named is not None and str(named) not in artifacts:
+            artifacts.append(str(named))
     return tuple(argv), tuple(artifacts)
+
+
+def _named_file(arg: str, base: Path) -> Path | None:
+    """The existing file an argument names (relative to the config's folder), if any."""
+    if not arg:
+        return None
+    path = Path(arg).expanduser()
+    path = path if path.is_absolute() else base / path
+    try:
+        return path.resolve() if path.is_file() else None
+    except OSError:
+        return None
 
 
 def _check_url(url: str) -> None:

@@ -1,0 +1,166 @@
+"""The typed ``result`` of black-box certificates (kinds ``blackbox`` and ``sequential``).
+
+Every field is required (no defaults): a certificate missing one is malformed, never completed by
+a guess. Everything here except ``obs_ranges`` (estimated from the vendor's nominal rollouts and
+kept in the episode store, whose rows digest covers it) is recomputed by
+:mod:`safecert.blackbox.check` from ``parameters`` and the stored episodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from safecert.document import StrictModel
+
+Level = float | int | bool
+CellParams = dict[str, Level]
+
+
+class Kpi(StrictModel):
+    """A Hoeffding bound on an episode statistic at δ' (``bound`` is None when no range is known
+    or a value fell outside the declared range: then nothing is claimed)."""
+
+    mean: float
+    range: list[float] | None
+    side: Literal["lower", "upper"]
+    bound: float | None
+    outside_range: bool
+
+
+class Cell(StrictModel):
+    """One cell of the family judged at fixed N: counts, Clopper–Pearson bounds at δ', decision."""
+
+    params: CellParams
+    episodes: int
+    failures: int
+    task_failures: int
+    safety_failures: int
+    oracle_failures: int
+    failure_rate: float
+    task_failure_rate: float
+    safety_failure_rate: float
+    upper_bound: float
+    task_upper_bound: float
+    safety_upper_bound: float
+    decision: Literal["PASS", "FAIL"]
+    return_kpi: Kpi
+    cost_kpi: Kpi
+
+
+class Stage1Cell(Cell):
+    """The nominal cell (stage 1) and its index in the family."""
+
+    cell: int
+
+
+class Axis(StrictModel):
+    name: str
+    levels: list[Level]
+
+
+class ObsRanges(StrictModel):
+    """Per observation dimension: the range noise is scaled by, and where it came from."""
+
+    low: list[float]
+    high: list[float]
+    range: list[float]
+    estimated: list[bool]
+    episodes: int
+
+
+class OracleFailures(StrictModel):
+    total: int
+    reasons: dict[str, int]
+
+
+class Rejudged(StrictModel):
+    """A post-hoc judgement: the spec the episodes were run under, and where the store is."""
+
+    budget: float
+    p_star: float
+    store: str
+
+
+class _Common(StrictModel):
+    confidence: float
+    p_star: float
+    budget: float
+    family_size: int
+    delta_cell: float
+    odd: list[CellParams]
+    axes: list[Axis]
+    goal: str
+    cost_key: str
+    cost_range: list[float] | None
+    return_range: list[float] | None
+    obs_ranges: ObsRanges | None
+    oracle_failures: OracleFailures
+    episodes_per_cell: int
+    verdict_rule: str
+
+
+class BlackboxResult(_Common):
+    """Fixed-N certification (``kind = "blackbox"``), possibly re-judged post hoc."""
+
+    stage1: Stage1Cell
+    cells: list[Cell]
+    rejudged: Rejudged | None
+
+
+class SequentialCell(StrictModel):
+    """A cell judged by an anytime-valid rule on its first ``episodes_used`` episodes; counts and
+    Hoeffding bounds over all ``episodes`` stored (descriptive)."""
+
+    params: CellParams
+    episodes: int
+    failures: int
+    task_failures: int
+    safety_failures: int
+    oracle_failures: int
+    failure_rate: float
+    task_failure_rate: float
+    safety_failure_rate: float
+    task_upper_bound: float
+    safety_upper_bound: float
+    decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
+    lower_bound: float
+    upper_bound: float
+    episodes_used: int
+    failures_used: int
+    return_kpi: Kpi
+    cost_kpi: Kpi
+
+
+class SequentialStage1(SequentialCell):
+    cell: int
+
+
+class SequentialDecision(StrictModel):
+    cell: int
+    decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
+    episodes_used: int
+    failures_used: int
+    episodes_run: int
+    lower_bound: float
+    upper_bound: float
+
+
+class SequentialBlock(StrictModel):
+    method: str
+    options: dict[str, Any]
+    rule: dict[str, Any]
+    delta_cell: float
+    cap: int
+    cells: list[SequentialDecision]
+    episodes_used: int
+    episodes_run: int
+    episodes_fixed_n: int
+    note: str
+
+
+class SequentialResult(_Common):
+    """Sequential certification (``kind = "sequential"``)."""
+
+    stage1: SequentialStage1
+    cells: list[SequentialCell]
+    sequential: SequentialBlock

@@ -1,0 +1,280 @@
+"""A ``safecert bnn verify`` run: the ε search, its certificate and the files it writes.
+
+:func:`certify_run` loads the policy named by the config, runs the ε search (Alg. 1 at each ε the
+:func:`~safecert.bnn.search.search_plan` implies), and writes into the output folder, each file
+durably (:func:`~safecert.document.durable_write`) and the certificate last:
+
+* ``policy.npz`` — the mean policy the certificate is about (a byte copy of the user's file, or
+  the packaged benchmark weights): the evidence ``safecert verify`` re-reads;
+* ``invariant.png`` — the paper's Fig. 2, for 2-D systems;
+* ``certificate.json`` — :func:`build_certificate` (signed with ``sign_key`` when given).
+
+The certificate (kind ``bnn``): ``parameters`` is the complete run configuration
+(:class:`~safecert.bnn.config.BnnConfig`, every key written out); ``inputs`` records the config
+TOML (role ``config``) and the user's policy file (role ``policy``) relative to the config's folder
+(the working directory for ``--benchmark``), and ``policy.npz`` next to the certificate (role
+``policy-copy``); ``result`` is a :class:`~safecert.bnn.result.BnnResult` describing the certified
+attempt with the largest ε (SAFE), else the last attempt (UNKNOWN). The record builders here
+(:func:`epsilon_record`, :func:`check_records`) are the ones :mod:`safecert.bnn.check` recomputes
+with, so that writing and checking cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safecert.bnn.config import BnnConfig, bayesian_spec, load_policy_network
+from safecert.bnn.dynamics import get_benchmark
+from safecert.bnn.result import (
+    BnnResult,
+    Checks,
+    CounterexampleOutcome,
+    CounterexampleRecord,
+    EpsilonRecord,
+    InvariantRecord,
+    LayerRecord,
+    Runtimes,
+    SearchRow,
+    StateTransition,
+)
+from safecert.bnn.search import Attempt, BnnProblem, SearchResult, search_epsilon, search_plan
+from safecert.bnn.spec import BayesianSpec, Epsilon
+from safecert.bnn.verifier import Counterexample, Proof, Unknown
+from safecert.certificate import BnnCertificate, make_certificate, write_certificate
+from safecert.document import FileDigest, Inputs, durable_write, file_digest
+
+POLICY_FILE = "policy.npz"
+CERTIFICATE_FILE = "certificate.json"
+PLOT_FILE = "invariant.png"
+CONDITIONS = ("closure", "initial", "unsafe")
+#: ``result.reason`` when the time budget ran out before the first ε
+NO_ATTEMPT = "no ε attempted (time budget)"
+
+
+def epsilon_record(eps: Epsilon, spec: BayesianSpec) -> EpsilonRecord:
+    """ε as certified: its value and unit, ε/σ when one σ is shared by every Bayesian layer, and
+    the absolute half-width per layer (``ε·σ_k`` in σ units, ``ε`` absolute, 0 if deterministic)."""
+    absolute = [
+        eps.for_layer(s) if f else 0.0
+        for s, f in zip(spec.sigma, spec.bayesian_layers, strict=True)
+    ]
+    sigmas = {s for s, f in zip(spec.sigma, spec.bayesian_layers, strict=True) if f}
+    in_sigma: float | None = None
+    if eps.in_sigma:
+        in_sigma = eps.value
+    elif len(sigmas) == 1 and next(iter(sigmas)) > 0:
+        in_sigma = eps.value / next(iter(sigmas))
+    return EpsilonRecord(
+        value=eps.value,
+        unit="sigma" if eps.in_sigma else "absolute",
+        sigma=in_sigma,
+        absolute=absolute,
+    )
+
+
+def check_records(verdict: Proof | Counterexample | Unknown | None) -> Checks:
+    """The three conditions of a verifier answer: the first non-infeasible status of each, the
+    replayed counterexample for the condition it violates, ``"not reached"`` for the rest."""
+    out: dict[str, Any] = {c: "not reached" for c in CONDITIONS}
+    if verdict is not None:
+        for c in verdict.checks:
+            if c.condition in out and out[c.condition] in ("not reached", "infeasible"):
+                out[c.condition] = c.status if c.status != "spurious" else "witness did not replay"
+        if isinstance(verdict, Counterexample):
+            out[verdict.condition] = CounterexampleOutcome(
+                counterexample=transition(verdict.x, verdict.x_next)
+            )
+    return Checks(**out)
+
+
+def transition(x: np.ndarray, x_next: np.ndarray | None) -> StateTransition:
+    return StateTransition(
+        x=np.asarray(x, dtype=float).tolist(),
+        x_next=None if x_next is None else np.asarray(x_next, dtype=float).tolist(),
+    )
+
+
+def search_row(attempt: Attempt) -> SearchRow:
+    res = attempt.result
+    return SearchRow(
+        epsilon=attempt.epsilon.value,
+        unit="sigma" if attempt.epsilon.in_sigma else "absolute",
+        verdict=res.verdict,
+        reason=res.reason,
+        iterations=res.iterations,
+        runtime_s=float(res.runtimes_s["total_s"]),
+    )
+
+
+def described_attempt(found: SearchResult) -> Attempt | None:
+    """The attempt a certificate describes: the certified one with the largest ε, else the last."""
+    if found.best is not None:
+        return found.best
+    return found.attempts[-1] if found.attempts else None
+
+
+def build_result(problem: BnnProblem, found: SearchResult) -> BnnResult:
+    """The ``result`` of a finished search (module docstring)."""
+    from safecert.bnn.sampling import acceptance_probability
+
+    cfg, spec = problem.config, problem.spec
+    shown = described_attempt(found)
+    eps = shown.epsilon if shown is not None else search_plan(cfg).ladder[0]
+    common: dict[str, Any] = {
+        "system": problem.bench.name,
+        "solver": cfg.solver,
+        "verifier_margin": problem.verifier_margin,
+        "epsilon": epsilon_record(eps, spec),
+        "acceptance_probability": acceptance_probability(problem.box(eps), spec),
+        "search": [search_row(a) for a in found.attempts],
+    }
+    if shown is None:
+        return BnnResult(
+            **common,
+            reason=NO_ATTEMPT,
+            checks=check_records(None),
+            invariant=None,
+            iterations=0,
+            verifier_calls=0,
+            sampled_violations=0,
+            spurious_witnesses=0,
+            counterexamples=[],
+            runtimes_s=None,
+        )
+    res = shown.result
+    last: Proof | Counterexample | None = res.proof
+    if last is None and res.counterexamples:
+        last = res.counterexamples[-1]
+    runtimes = {k: float(v) for k, v in res.runtimes_s.items()}
+    return BnnResult(
+        **common,
+        reason=res.reason,
+        checks=check_records(last),
+        invariant=InvariantRecord(
+            hidden=list(cfg.invariant.hidden),
+            layers=[LayerRecord(**layer) for layer in res.network.to_lists()],
+        ),
+        iterations=res.iterations,
+        verifier_calls=res.verifier_calls,
+        sampled_violations=res.sampled_violations,
+        spurious_witnesses=res.spurious,
+        counterexamples=[
+            CounterexampleRecord(
+                condition=c.condition,  # type: ignore[arg-type]  # closure | initial | unsafe
+                **transition(c.x, c.x_next).model_dump(),
+            )
+            for c in res.counterexamples
+        ],
+        runtimes_s=Runtimes(**runtimes, search_s=float(found.total_s)),
+    )
+
+
+def build_certificate(
+    problem: BnnProblem, found: SearchResult, inputs: Inputs
+) -> tuple[BnnCertificate, Attempt | None]:
+    """The certificate of a finished search: SAFE at the largest certified ε, else UNKNOWN
+    describing the last attempt. Returns it with the attempt it describes."""
+    best = found.best
+    cert = make_certificate(
+        "bnn",
+        "SAFE" if best is not None else "UNKNOWN",
+        parameters=problem.config.model_dump(mode="json"),
+        inputs=inputs,
+        seed=problem.config.seed,
+        result=build_result(problem, found),
+    )
+    assert isinstance(cert, BnnCertificate)
+    return cert, described_attempt(found)
+
+
+def run_inputs(config_path: Path | None, policy_path: Path | None, out: Path) -> Inputs:
+    """``inputs`` of a run whose ``policy.npz`` copy is already in ``out`` (module docstring)."""
+    root = (config_path.parent if config_path is not None else Path.cwd()).resolve()
+    files: list[FileDigest] = []
+    if config_path is not None:
+        files.append(file_digest("config", config_path, root))
+    if policy_path is not None:
+        files.append(file_digest("policy", policy_path, root))
+    return Inputs(
+        root=str(root),
+        files=files,
+        evidence=[file_digest("policy-copy", out / POLICY_FILE, out)],
+    )
+
+
+@dataclass(frozen=True)
+class BnnRun:
+    """What :func:`certify_run` wrote: the certificate, where, and the attempt it describes."""
+
+    certificate: BnnCertificate
+    path: Path
+    plot: Path | None
+    described: Attempt | None
+
+    def summary(self) -> dict[str, Any]:
+        """The run in plain JSON types (what ``safecert bnn verify --json`` prints)."""
+        r = self.certificate.result
+        return {
+            "verdict": self.certificate.verdict,
+            "epsilon": str(self.described.epsilon) if self.described is not None else None,
+            "epsilon_record": r.epsilon.model_dump(mode="json"),
+            "checks": r.checks.model_dump(mode="json"),
+            "reason": r.reason,
+            "iterations": r.iterations,
+            "runtimes_s": None if r.runtimes_s is None else r.runtimes_s.model_dump(mode="json"),
+            "search": [{**row.model_dump(mode="json"), "epsilon": _shown(row)} for row in r.search],
+            "certificate": str(self.path),
+            "plot": str(self.plot) if self.plot is not None else None,
+        }
+
+
+def _shown(row: SearchRow) -> str:
+    return str(Epsilon(row.epsilon, row.unit == "sigma"))
+
+
+def certify_run(
+    cfg: BnnConfig,
+    config_path: Path | None,
+    out: Path,
+    *,
+    sign_key: Path | None = None,
+    progress: Callable[[int, str], None] | None = None,
+) -> BnnRun:
+    """Run ``cfg`` (read from ``config_path``, or built from ``--benchmark`` when None) and write
+    its artifacts into ``out`` (module docstring). ``progress(iteration, text)`` sees each CEGIS
+    event. Verdict SAFE only on a proof of all three conditions for the certified ε."""
+    from safecert.bnn.plot import can_plot, plot_invariant
+
+    base = config_path.parent if config_path is not None else None
+    mean, policy_path = load_policy_network(cfg, base)
+    problem = BnnProblem(get_benchmark(cfg.system), mean, bayesian_spec(cfg, mean), cfg)
+    problem.progress = progress
+    plan = search_plan(cfg)
+    found = search_epsilon(
+        lambda e, warm, limit: problem.run(e, warm, limit),
+        plan.ladder,
+        total_time_s=plan.total_time_s,
+        bisection_steps=plan.bisection_steps,
+        clock=cfg.limits.clock,
+    )
+    copy = policy_path.read_bytes() if policy_path is not None else mean.npz_bytes()
+    durable_write(out / POLICY_FILE, copy)
+    cert, shown = build_certificate(problem, found, run_inputs(config_path, policy_path, out))
+    plot = None
+    if shown is not None and can_plot(problem.bench):
+        res = shown.result
+        plot = plot_invariant(
+            out / PLOT_FILE,
+            problem.bench,
+            mean,
+            res.network,
+            [(c.x, c.x_next) for c in res.counterexamples],
+            title=f"{problem.bench.name} at ε = {shown.epsilon}: {res.verdict}",
+        )
+    path = write_certificate(cert, out / CERTIFICATE_FILE, sign_key=sign_key)
+    return BnnRun(cert, path, plot, shown)

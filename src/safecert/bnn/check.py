@@ -1,0 +1,288 @@
+"""``safecert verify`` for ``bnn`` certificates: re-derive the claim, never trust ``result``.
+
+Everything is recomputed from ``parameters`` (the complete run configuration, validated strictly:
+every key present, nothing coerced) and the evidence, with the same code that wrote the
+certificate (:mod:`safecert.bnn.certify`), and compared with what ``result`` states; a difference
+is one failing check showing both values:
+
+* **inputs** — every recorded digest is re-hashed (config TOML, the user's policy file,
+  ``policy.npz`` next to the certificate); the copy must be the user's policy file byte for byte,
+  or, for ``benchmark:NAME``, hold exactly the packaged weights.
+* **plan** — ``seed``, ``system`` and ``solver`` as in ``parameters``; ``verifier_margin`` must be
+  the margin the verifier proves with (:data:`~safecert.bnn.verifier.DEFAULT_MARGIN`; the
+  config has no margin key), and that recorded margin is what the MILPs are re-run with.
+* **ε** — the search is replayed (:func:`~safecert.bnn.search.epsilon_sequence` on the ladder, or
+  the one requested ε, that ``parameters`` imply) with the verdicts of ``result.search``: the ε of
+  every row must be the one the search would have tried next, and the certified ε is the largest
+  SAFE row's. The ε record (value, unit, ε/σ, absolute half-width per layer, from the Bayesian spec
+  that ``parameters.bayesian`` gives for the policy) and ``acceptance_probability`` are recomputed
+  for that ε; ``reason`` and ``iterations`` must be those of its row.
+* **SAFE** — the weight box is rebuilt from the policy, the spec and the derived ε; the three MILP
+  checks (closure, initial, unsafe) are re-run on the stored invariant with the recorded solver and
+  margin and must all be infeasible (``checks`` must say so), and a sampled check (states of Inv,
+  weights in the box, float64) must find no violation. The verdict is recomputed: SAFE only when a
+  row says SAFE and the proof re-runs.
+* **UNKNOWN** claims nothing: inputs, plan, ε, acceptance probability and the verdict (no SAFE
+  row) are checked; the checks of a run cut short cannot be re-derived.
+
+Descriptive only (history of the run, not re-derivable without re-running CEGIS): counterexamples,
+verifier calls, sampled violations, spurious witnesses, runtimes. A malformed ``parameters`` or
+missing evidence is one :class:`~safecert.errors.DataError` line (exit 2); a mismatch is a failing
+check (exit 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, check_records, epsilon_record
+from safecert.bnn.config import BnnConfig, bayesian_spec
+from safecert.bnn.dynamics import Benchmark, get_benchmark
+from safecert.bnn.networks import ReluNetwork, load_policy
+from safecert.bnn.result import BnnResult, SearchRow
+from safecert.bnn.sampling import acceptance_probability
+from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
+from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
+from safecert.bnn.verifier import DEFAULT_MARGIN, Proof
+from safecert.certificate import (
+    BnnCertificate,
+    Certificate,
+    Evidence,
+    VerificationReport,
+    check_file_digests,
+    locate_evidence,
+)
+from safecert.config import validation_to_config_error
+from safecert.document import FileDigest
+from safecert.errors import ConfigError, DataError
+
+CLOSURE_SAMPLES = 20000
+
+
+def check(
+    cert: Certificate, evidence: Evidence, *, closure_samples: int = CLOSURE_SAMPLES
+) -> VerificationReport:
+    """Re-derive a ``bnn`` certificate (module docstring); ``ok`` only if every check matched."""
+    if not isinstance(cert, BnnCertificate):
+        raise DataError(f"kind {cert.kind!r} is not bnn", field="certificate.kind")
+    report = VerificationReport("bnn")
+    r = cert.result
+    cfg = parameters_config(cert.parameters)
+    copy_entry, policy_path = policy_copy(cert, evidence)
+    check_file_digests(cert, evidence, report)
+    mean = ReluNetwork.from_npz(policy_path)
+    check_policy_source(cfg, cert, copy_entry, mean, report)
+    spec = parameters_spec(cfg, mean)
+    bench = get_benchmark(cfg.system)
+
+    report.equal("seed", cfg.seed, cert.seed)
+    report.equal("system", cfg.system, r.system)
+    report.equal("solver", cfg.solver, r.solver)
+    report.equal("verifier_margin", DEFAULT_MARGIN, r.verifier_margin)
+
+    eps, row, certified = replay_search(search_plan_of(cfg), r.search, report)
+    report.compare_documents("epsilon", epsilon_record(eps, spec), r.epsilon)
+    box = spec.box(mean, eps)
+    report.equal(
+        "acceptance_probability", acceptance_probability(box, spec), r.acceptance_probability
+    )
+    report.equal("reason", row.reason if row is not None else NO_ATTEMPT, r.reason)
+    report.equal("iterations", row.iterations if row is not None else 0, r.iterations)
+    g = invariant_of(r, cfg, bench, report)
+
+    proved = False
+    if certified or cert.verdict == "SAFE":
+        proved = check_proof(bench, box, g, r, report, closure_samples)
+    report.equal("verdict", "SAFE" if certified and proved else "UNKNOWN", cert.verdict)
+    return report
+
+
+# ---- parameters ---------------------------------------------------------------------------------
+def parameters_config(parameters: dict[str, Any]) -> BnnConfig:
+    """``parameters`` as the run's :class:`BnnConfig`: every key present (no default fills a gap),
+    nothing coerced; the first problem is one DataError naming ``parameters.KEY``."""
+    _require_every_key(BnnConfig, parameters, "parameters")
+    try:
+        return BnnConfig.model_validate(parameters, strict=True)
+    except ValidationError as exc:
+        raise DataError(
+            str(validation_to_config_error(exc, "parameters")),
+            fix="regenerate the certificate with safecert",
+        ) from None
+
+
+def _require_every_key(model: type[BaseModel], data: Any, where: str) -> None:
+    if not isinstance(data, dict):
+        return  # the type error is validation's to report
+    for name, info in model.model_fields.items():
+        if name not in data:
+            raise DataError(
+                "is missing", field=f"{where}.{name}", fix="a certificate's parameters are complete"
+            )
+        sub = info.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            _require_every_key(sub, data[name], f"{where}.{name}")
+
+
+def _as_data_error(exc: ConfigError) -> DataError:
+    """A config problem found while re-deriving from ``parameters``, named under ``parameters``."""
+    text = str(exc)
+    if exc.field and text.startswith(f"{exc.field}: "):
+        text = text[len(exc.field) + 2 :]
+    return DataError(text, field=f"parameters.{exc.field or 'bayesian'}")
+
+
+def parameters_spec(cfg: BnnConfig, mean: ReluNetwork) -> BayesianSpec:
+    """The Bayesian spec ``parameters.bayesian`` gives for the policy (as the run derived it)."""
+    try:
+        return bayesian_spec(cfg, mean)
+    except ConfigError as exc:
+        raise _as_data_error(exc) from None
+
+
+def search_plan_of(cfg: BnnConfig) -> SearchPlan:
+    try:
+        return search_plan(cfg)
+    except ConfigError as exc:
+        raise _as_data_error(exc) from None
+
+
+# ---- evidence -----------------------------------------------------------------------------------
+def policy_copy(cert: BnnCertificate, evidence: Evidence) -> tuple[FileDigest, Path]:
+    """The ``policy-copy`` evidence entry and where its file is; DataError when it is absent."""
+    entries = [e for e in cert.inputs.evidence if e.role == "policy-copy"]
+    if len(entries) != 1:
+        raise DataError(
+            f"{len(entries)} policy-copy entries (need exactly one)",
+            field="certificate.inputs.evidence",
+            fix="regenerate the certificate with safecert",
+        )
+    path = locate_evidence(entries[0], evidence)
+    if not path.is_file():
+        raise DataError(
+            f"{path} does not exist",
+            field="evidence",
+            fix=f"keep {POLICY_FILE} next to the certificate or pass --data DIR",
+        )
+    return entries[0], path
+
+
+def check_policy_source(
+    cfg: BnnConfig,
+    cert: BnnCertificate,
+    copy_entry: FileDigest,
+    mean: ReluNetwork,
+    report: VerificationReport,
+) -> None:
+    """The policy copy is the policy ``parameters.policy`` names: the packaged weights for
+    ``benchmark:NAME``, else the bytes of the recorded policy file."""
+    if cfg.policy.startswith("benchmark:"):
+        name = cfg.policy.removeprefix("benchmark:")
+        try:
+            packaged = load_policy(name)
+        except ConfigError as exc:
+            raise _as_data_error(exc) from None
+        same = packaged.widths == mean.widths and all(
+            np.array_equal(a, b)
+            for pa, pb in zip(packaged.layers, mean.layers, strict=True)
+            for a, b in zip(pa, pb, strict=True)
+        )
+        report.add(
+            "policy-copy is the packaged policy",
+            same,
+            f"{POLICY_FILE} {'equals' if same else 'differs from'} the packaged {name} weights",
+        )
+        return
+    files = [e for e in cert.inputs.files if e.role == "policy"]
+    if len(files) != 1:
+        report.add("policy file recorded", False, f"{len(files)} inputs with role policy")
+        return
+    report.equal("policy-copy is the policy file", files[0].sha256, copy_entry.sha256)
+
+
+# ---- ε ------------------------------------------------------------------------------------------
+def replay_search(
+    plan: SearchPlan, rows: list[SearchRow], report: VerificationReport
+) -> tuple[Epsilon, SearchRow | None, bool]:
+    """Replay the ε search with the rows' verdicts: the ε each row must hold, checked. Returns the
+    ε the certificate must describe (the largest SAFE row's, else the last row's, else the first
+    planned), that row, and whether a row says SAFE."""
+    seq = epsilon_sequence(plan.ladder, plan.bisection_steps)
+    expected: list[Epsilon] = []
+    nxt = next(seq, None)
+    for row in rows:
+        if nxt is None:
+            break
+        expected.append(nxt)
+        try:
+            nxt = seq.send(row.verdict == "SAFE")
+        except StopIteration:
+            nxt = None
+    report.compare_documents(
+        "search",
+        [{"epsilon": e.value, "unit": _unit(e)} for e in expected],
+        [{"epsilon": row.epsilon, "unit": row.unit} for row in rows],
+    )
+    safe = [i for i, row in enumerate(rows[: len(expected)]) if row.verdict == "SAFE"]
+    if safe:
+        i = max(safe, key=lambda k: expected[k].value)
+        return expected[i], rows[i], True
+    if expected:
+        return expected[-1], rows[len(expected) - 1], False
+    return plan.ladder[0], None, False
+
+
+def _unit(eps: Epsilon) -> str:
+    return "sigma" if eps.in_sigma else "absolute"
+
+
+# ---- invariant and proof ------------------------------------------------------------------------
+def invariant_of(
+    r: BnnResult, cfg: BnnConfig, bench: Benchmark, report: VerificationReport
+) -> ReluNetwork | None:
+    """The stored invariant ``g``, its widths checked against ``parameters.invariant.hidden``."""
+    if r.invariant is None:
+        return None
+    g = ReluNetwork.from_lists(
+        [layer.model_dump() for layer in r.invariant.layers], name="certificate.result.invariant"
+    )
+    report.equal("invariant.hidden", list(cfg.invariant.hidden), r.invariant.hidden)
+    report.equal("invariant.widths", [bench.state_dim, *cfg.invariant.hidden, 1], list(g.widths))
+    return g
+
+
+def check_proof(
+    bench: Benchmark,
+    box: WeightBox,
+    g: ReluNetwork | None,
+    r: BnnResult,
+    report: VerificationReport,
+    closure_samples: int,
+) -> bool:
+    """Re-run the three MILP checks of Def. 1 on ``g`` over ``box`` with the recorded solver and
+    margin (no time limit), plus a sampled float64 check; True when all three are infeasible."""
+    from safecert.bnn.cegis import SamplingFalsifier
+    from safecert.bnn.verifier import Verifier
+
+    if g is None:
+        report.add("invariant", False, "SAFE needs an invariant; the certificate has none")
+        return False
+    margin = r.verifier_margin
+    if g.in_dim != bench.state_dim or g.out_dim != 1 or r.solver not in ("highs", "scip"):
+        return False  # already reported by invariant.widths / solver
+    if not (np.isfinite(margin) and margin >= 0):
+        return False  # already reported by verifier_margin; no sound query uses it
+    verifier = Verifier(bench, box, solver=r.solver, time_limit_s=None, margin=margin)
+    verdict = verifier.check(g)
+    report.compare_documents("checks", check_records(verdict), r.checks)
+    found = SamplingFalsifier(bench, box, np.random.default_rng(0), samples=closure_samples).find(g)
+    report.add(
+        "sampled_conditions",
+        not found,
+        f"{closure_samples} sampled states, weights in the box: {len(found)} violations",
+    )
+    return isinstance(verdict, Proof) and not found

@@ -1,42 +1,130 @@
+"""The certificate envelope: typed kinds, canonical bytes, strict parsing, one-line errors."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from safecert.blackbox.certify import blackbox_result
+from safecert.blackbox.config import RunConfig, certified_parameters
+from safecert.blackbox.grid import Family
+from safecert.blackbox.jobs import EpisodeRecord, episode_seed
+from safecert.blackbox.sequential import sequential_result
+from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import (
+    Inputs,
     canonical_json,
+    certificate_bytes,
     content_sha256,
     make_certificate,
+    parse_certificate,
     read_certificate,
-    sha256_file,
     write_certificate,
 )
+from safecert.document import durable_write, sha256_file
 from safecert.errors import DataError
+from tests import certprops
+
+CONFIG = {
+    "policy": "python:p:f",
+    "env": "CartPole-v1",
+    "episodes": 30,
+    "seed": 4,
+    "max_steps": 50,
+    "spec": {"budget": 1.0, "p_star": 0.2},
+    "envelope": {"act_noise": {"levels": [0.0, 0.1]}, "delay": {"levels": [1, 2]}},
+}
 
 
-def _cert():
+def _records(config: RunConfig, family: Family) -> list[EpisodeRecord]:
+    rng = np.random.default_rng(1)
+    return [
+        EpisodeRecord(
+            c,
+            i,
+            episode_seed(config.seed, c, i),
+            float(rng.normal(40, 5)),
+            float(rng.exponential(0.5)),
+            bool(rng.random() > 0.05 * c),
+            False,
+            True,
+            50,
+            None,
+        )
+        for c in range(family.size)
+        for i in range(config.episodes)
+    ]
+
+
+def _inputs() -> Inputs:
+    return Inputs(root="/nowhere", files=[], evidence=[])
+
+
+def blackbox_cert():
+    config = RunConfig.model_validate(CONFIG)
+    family = Family.of(config.envelope, config.spec.confidence)
+    verdict, result = blackbox_result(
+        config,
+        family,
+        _records(config, family),
+        cost_range=(0.0, 50.0),
+        return_range=None,
+        obs_ranges=None,
+        rejudged=None,
+    )
     return make_certificate(
         "blackbox",
-        "PASS",
-        parameters={"b": np.float64(0.5), "a": (1, 2)},
-        inputs={"config_sha256": "00"},
-        seed=3,
-        result={"x": np.arange(3)},
+        verdict,
+        parameters=certified_parameters(config),
+        inputs=_inputs(),
+        seed=config.seed,
+        result=result,
+    )
+
+
+def sequential_cert(tmp_path):
+    config = RunConfig.model_validate({**CONFIG, "sequential": {"method": "betting"}})
+    family = Family.of(config.envelope, config.spec.confidence)
+    with EpisodeStore(tmp_path / "episodes.sqlite") as store:
+        store.add(_records(config, family))
+        verdict, result = sequential_result(
+            config, family, store, cost_range=(0.0, 50.0), return_range=None
+        )
+    return make_certificate(
+        "sequential",
+        verdict,
+        parameters=certified_parameters(config),
+        inputs=_inputs(),
+        seed=config.seed,
+        result=result,
     )
 
 
 def test_roundtrip_and_canonical(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
-    path = write_certificate(_cert(), tmp_path / "c.json")
-    again = write_certificate(_cert(), tmp_path / "d.json")
+    path = write_certificate(blackbox_cert(), tmp_path / "c.json")
+    again = write_certificate(blackbox_cert(), tmp_path / "d.json")
     assert path.read_bytes() == again.read_bytes()
     cert = read_certificate(path)
     assert cert.created_utc == "1970-01-01T00:00:00Z"
-    assert cert.result == {"x": [0, 1, 2]}
+    assert certificate_bytes(cert) == path.read_bytes()
     assert list(json.loads(path.read_text())) == sorted(json.loads(path.read_text()))
-    assert content_sha256(cert) == content_sha256(_cert())
+    assert content_sha256(cert) == content_sha256(blackbox_cert())
+    assert (path.stat().st_mode & 0o777) == 0o644  # meant to be shared
+
+
+def test_kinds_and_verdict_vocabularies(tmp_path):
+    assert blackbox_cert().kind == "blackbox"
+    seq = sequential_cert(tmp_path)
+    assert seq.kind == "sequential" and seq.result.sequential.method == "betting"
+    data = json.loads(certificate_bytes(blackbox_cert()))
+    for verdict in ("SAFE", "BOUND", "INCONCLUSIVE", "MAYBE"):
+        with pytest.raises(DataError, match="certificate.verdict"):
+            parse_certificate({**data, "verdict": verdict}, source="test")
 
 
 def test_sha256_file(tmp_path):
@@ -50,19 +138,62 @@ def test_sha256_file(tmp_path):
 def test_nan_rejected():
     with pytest.raises(DataError):
         canonical_json({"a": float("nan")})
-    with pytest.raises(DataError):
-        make_certificate(
-            "bnn", "SAFE", parameters={}, inputs={}, seed=None, result={"v": float("inf")}
-        )
 
 
-def test_malformed_certificates(tmp_path):
+def test_durable_write_replaces_atomically(tmp_path):
+    target = tmp_path / "f.json"
+    durable_write(target, "one")
+    durable_write(target, b"two")
+    assert target.read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]  # no temporary left behind
+
+
+def _numbers(data, path=()):
+    for p, v in certprops.leaves(data):
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            yield p, v
+
+
+@pytest.mark.parametrize("make", ["blackbox", "sequential"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_valid_certificates_round_trip_byte_identically(tmp_path, make, seed):
+    base = blackbox_cert() if make == "blackbox" else sequential_cert(tmp_path)
+    data = json.loads(certificate_bytes(base))
+    rng = np.random.default_rng(seed)
+    numbers = list(_numbers(data))
+    for i in rng.choice(len(numbers), size=min(10, len(numbers)), replace=False):
+        path, value = numbers[int(i)]
+        new = int(rng.integers(0, 10**6)) if isinstance(value, int) else float(rng.normal(0, 1e3))
+        data = certprops.set_at(data, path, new)
+    text = canonical_json(data)
+    cert = parse_certificate(json.loads(text), source="test")
+    assert certificate_bytes(cert).decode() == text
+
+
+@pytest.mark.parametrize("make", ["blackbox", "sequential"])
+def test_every_field_deletion_and_type_change_is_one_data_error(tmp_path, make):
+    base = blackbox_cert() if make == "blackbox" else sequential_cert(tmp_path)
+    data = json.loads(certificate_bytes(base))
+    paths = certprops.field_paths(data)
+    assert len(paths) > 100
+    for path in paths:
+        with pytest.raises(DataError) as deleted:
+            parse_certificate(certprops.delete_at(data, path), source="test")
+        assert "\n" not in str(deleted.value)
+    for path, value in certprops.leaves(data):
+        mutated = certprops.set_at(data, path, certprops.retype(value))
+        with pytest.raises(DataError) as retyped:
+            parse_certificate(mutated, source="test")
+        assert str(retyped.value).startswith("certificate")
+
+
+def test_unreadable_inputs_are_one_line(tmp_path):
     p = tmp_path / "c.json"
-    p.write_text(json.dumps({"kind": "blackbox"}))
-    with pytest.raises(DataError, match="certificate"):
-        read_certificate(p)
-    good = json.loads(canonical_json(_cert().model_dump(mode="json")))
-    good["verdict"] = "MAYBE"
-    p.write_text(json.dumps(good))
-    with pytest.raises(DataError, match="certificate.verdict"):
-        read_certificate(p)
+    for content in (b"\xff\xfe", b"[" * 200 + b"]" * 200, b"[1, 2]", b"{"):
+        p.write_bytes(content)
+        with pytest.raises(DataError) as err:
+            read_certificate(p)
+        assert "\n" not in str(err.value)
+    with pytest.raises(DataError, match="does not exist"):
+        read_certificate(tmp_path / "missing.json")

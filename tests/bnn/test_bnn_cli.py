@@ -9,6 +9,8 @@ import pytest
 
 from safecert.bnn.config import BnnConfig, bayesian_spec, benchmark_config, load_config
 from safecert.bnn.networks import load_policy
+from safecert.bnn.verifier import DEFAULT_MARGIN
+from safecert.document import sha256_file
 from safecert.errors import ConfigError
 from tests.bnn.conftest import EXAMPLE
 
@@ -25,8 +27,22 @@ def test_verify_writes_a_safe_certificate_and_picture(lds_run):
     assert r["epsilon"]["unit"] == "sigma" and r["epsilon"]["sigma"] == 0.1
     assert r["epsilon"]["absolute"] == pytest.approx([0.0, 0.01])
     assert r["invariant"]["hidden"] == [12] and len(r["invariant"]["layers"]) == 2
-    assert cert["inputs"]["policy_sha256"] == r["policy_sha256"]
+    assert r["verifier_margin"] == DEFAULT_MARGIN
     assert r["runtimes_s"]["total_s"] > 0 and r["iterations"] >= 1
+    assert [(s["epsilon"], s["unit"], s["verdict"]) for s in r["search"]] == [
+        (0.1, "sigma", "SAFE")
+    ]
+    # inputs: the config and the user's policy relative to the config's folder, the copy by the
+    # certificate; the copy is the user's file byte for byte
+    inputs = cert["inputs"]
+    assert Path(inputs["root"]) == d.resolve()
+    files = {f["role"]: f for f in inputs["files"]}
+    assert files["config"]["path"] == "run.toml" and files["policy"]["path"] == "lds.npz"
+    assert files["config"]["sha256"] == sha256_file(d / "run.toml")
+    [copy] = inputs["evidence"]
+    assert copy["role"] == "policy-copy" and copy["path"] == "policy.npz"
+    assert copy["sha256"] == files["policy"]["sha256"] == sha256_file(d / "out" / "policy.npz")
+    assert cert["parameters"] == load_config(d / "run.toml").model_dump(mode="json")
     assert (d / "out" / "invariant.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -42,14 +58,20 @@ def test_safecert_verify_rechecks_and_catches_tampering(lds_run, cli, tmp_path, 
     ok = cli("verify", str(lds_run.certificate), "--json")  # real subprocess: exit 0, JSON
     assert ok.code == 0, ok.stderr
     names = {c["name"]: c["ok"] for c in ok.json()["checks"]}
-    assert names == {
-        "policy_sha256": True,
-        "epsilon": True,
-        "closure": True,
-        "initial": True,
-        "unsafe": True,
-        "sampled_conditions": True,
-    }
+    assert all(names.values())
+    assert {
+        "config sha256 (run.toml)",
+        "policy sha256 (lds.npz)",
+        "policy-copy sha256 (policy.npz)",
+        "policy-copy is the policy file",
+        "verifier_margin",
+        "search",
+        "epsilon",
+        "acceptance_probability",
+        "checks",
+        "sampled_conditions",
+        "verdict",
+    } <= set(names)
     # a different invariant (g ≡ 1: Inv = B meets X_u) must fail the re-check
     bad = tmp_path / "bad"
     shutil.copytree(lds_run.folder / "out", bad)
@@ -61,14 +83,16 @@ def test_safecert_verify_rechecks_and_catches_tampering(lds_run, cli, tmp_path, 
     code, report = _verify_in_process(bad / "certificate.json", capsys)
     assert code == 1
     failed = {c["name"] for c in report["checks"] if not c["ok"]}
-    assert "unsafe" in failed
+    assert {"checks.unsafe", "verdict"} <= failed
     # a different policy file breaks the hash
     other = tmp_path / "other"
     shutil.copytree(lds_run.folder / "out", other)
     load_policy("pend").save_npz(other / "policy.npz")
     code, report = _verify_in_process(other / "certificate.json", capsys)
     assert code == 1
-    assert {c["name"] for c in report["checks"] if not c["ok"]} >= {"policy_sha256"}
+    assert {c["name"] for c in report["checks"] if not c["ok"]} >= {
+        "policy-copy sha256 (policy.npz)"
+    }
 
 
 @pytest.mark.parametrize(

@@ -108,8 +108,19 @@ def test_missing_policy_copy_is_one_data_error(unknown_run, tmp_path):
         check(cert, Evidence(unknown_run, data_dir=tmp_path / "nowhere"))
 
 
-def test_no_attempt_reason_is_derived():
-    plan = SearchPlan((Epsilon(1.0, True),), 0, 0.0)
-    eps, row, certified = replay_search(plan, [], VerificationReport("bnn"))
-    assert row is None and not certified and eps == Epsilon(1.0, True)
-    assert NO_ATTEMPT.startswith("no ε attempted")
+def test_no_attempt_certificate_is_checked_and_cannot_be_flipped(tmp_path):
+    """A budget spent before the first rung: UNKNOWN, no invariant, ε = the first planned rung."""
+    from safecert.bnn.certify import certify_run
+
+    cfg = benchmark_config(
+        "lds", search={"enabled": True, "ladder": ["0.5sigma", "1sigma"]}, limits={"total_s": 1e-9}
+    )
+    run = certify_run(cfg, None, tmp_path / "out")
+    r = run.certificate.result
+    assert run.certificate.verdict == "UNKNOWN" and r.reason == NO_ATTEMPT
+    assert r.invariant is None and r.runtimes_s is None and r.search == []
+    assert (r.epsilon.value, r.epsilon.unit) == (0.5, "sigma") and run.plot is None
+    assert check(run.certificate, Evidence(run.path)).ok
+    flipped = run.certificate.model_copy(update={"verdict": "SAFE"})
+    report = check(flipped, Evidence(run.path))
+    assert {c.name for c in report.failed} == {"invariant", "verdict"}

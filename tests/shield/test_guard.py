@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safecert.errors import ConfigError
-from safecert.shield.guard import MAX_REFUSALS, POLICIES, Guard, run_episode
+from safecert.shield.guard import MAX_REFUSALS, POLICIES, Guard, permitted_actions, run_episode
 from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig, ToolCall, all_live_labels
 
 LIVE = all_live_labels()
@@ -137,6 +137,26 @@ def test_fails_closed():
         Guard({"{}": {"format_disk"}}, lambda: "{}", actions=TOOLS)
     with pytest.raises(ConfigError, match="policy"):
         run_episode(Scripted(["read"]), None, ok, policy="yolo", rng=np.random.default_rng())  # type: ignore[arg-type]
+
+
+def test_unlisted_state_is_halt_only_everywhere():
+    """One meaning of a state a shield does not list — halt-only — in the guard and in the shield
+    reader behind `shield certify --shield` and `safecert verify`."""
+    from pathlib import Path
+
+    from safecert.shield.model import load_model
+    from safecert.shield.report import allowed_from_json
+
+    model = load_model(Path(__file__).resolve().parents[2] / "examples/shield/grid.toml")
+    table = {"r0c0": ["up"], "r0c1": [], "r0c2": ["left", "halt"]}
+    allowed = allowed_from_json(model, table)
+    for s, label in enumerate(model.labels):
+        guard = Guard(table, lambda label=label: label, actions=model.actions)
+        row = {model.actions[a] for a in np.flatnonzero(allowed[s])}
+        assert guard.permitted() == row == permitted_actions(table, label, "halt")
+    assert permitted_actions(table, "r0c0", "halt") == {"up", "halt"}
+    assert permitted_actions(table, "r6c6", "halt") == {"halt"}
+    assert permitted_actions(table, None, "halt") == {"halt"}
 
 
 def test_guard_is_thread_safe():

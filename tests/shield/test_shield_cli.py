@@ -9,17 +9,22 @@ from pathlib import Path
 import pytest
 
 from safecert.cli.main import main
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "shield"
-MODEL, LOGS = EXAMPLES / "grid.toml", EXAMPLES / "grid_logs.jsonl"
+EXAMPLES = REPO / "examples" / "shield"
+MODEL, LOGS = (
+    EXAMPLES.relative_to(REPO) / "grid.toml",
+    EXAMPLES.relative_to(REPO) / "grid_logs.jsonl",
+)
 
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth")
-    res = run_cli("shield", "synthesize", "--model", str(MODEL), "--logs", str(LOGS),
-                  "--epsilon", "0.2", "--method", "additive", "--out", str(out), "--json")  # fmt: skip
+    # run in the repository with relative paths: inputs are recorded relative to inputs.root
+    res = run_cli("shield", "synthesize", "--model", "examples/shield/grid.toml", "--logs",
+                  "examples/shield/grid_logs.jsonl", "--epsilon", "0.2", "--method", "additive",
+                  "--out", str(out), "--json", cwd=REPO)  # fmt: skip
     assert res.code == 0, res.stderr
     return out, res.json()
 
@@ -27,12 +32,23 @@ def synthesized(tmp_path_factory):
 def test_synthesize_writes_certificate_table_and_map(synthesized):
     out, data = synthesized
     cert = json.loads((out / "certificate.json").read_text())
-    assert cert["kind"] == "shield" and cert["verdict"] == "PASS"
+    assert cert["kind"] == "shield" and cert["verdict"] == "PASS" and data["verdict"] == "PASS"
+    assert cert["parameters"] == {
+        "command": "synthesize", "epsilon": 0.2, "method": "additive", "rho_min": 1e-3
+    }  # fmt: skip
     r = cert["result"]
-    for key in ("bound", "epsilon", "horizon", "delta", "allowed", "rows", "forbidden_fraction"):
-        assert key in r
     assert r["bound"] <= 0.2 and r["bound"] == data["bound"] and r["method"] == "additive"
+    assert (r["epsilon"], r["horizon"], r["delta"], r["initial"]) == (0.2, 16, 0.05, "r0c0")
     assert len(r["rows"]) == 160 and all("halt" in v for v in r["allowed"].values())
+    assert len(r["allowed"]) == 40  # every live state
+    files = {e["role"]: e["path"] for e in cert["inputs"]["files"]}
+    evidence = {e["role"]: e["path"] for e in cert["inputs"]["evidence"]}
+    assert files == {
+        "model": "examples/shield/grid.toml",
+        "logs": "examples/shield/grid_logs.jsonl",
+    }
+    assert evidence == {"model-copy": "model.toml", "shield": "shield.json"}
+    assert cert["inputs"]["root"] == str(REPO)
     assert (out / "shield.png").stat().st_size > 1000
     assert "| state |" in (out / "shield.md").read_text()
     assert json.loads((out / "shield.json").read_text()) == r["allowed"]
@@ -41,12 +57,15 @@ def test_synthesize_writes_certificate_table_and_map(synthesized):
 def test_certify_reproduces_the_bound_of_a_given_shield(synthesized, tmp_path):
     out, data = synthesized
     res = run_cli("shield", "certify", "--model", str(MODEL), "--logs", str(LOGS),
-                  "--shield", str(out / "shield.json"), "--out", str(tmp_path), "--json")  # fmt: skip
+                  "--shield", str(out / "shield.json"), "--out", str(tmp_path), "--json",
+                  cwd=REPO)  # fmt: skip
     assert res.code == 0, res.stderr
-    assert res.json()["bound"] == pytest.approx(data["bound"], abs=1e-12)
+    # the same shield, the same logs: the same bound to the last bit; no ε stated -> BOUND
+    assert res.json()["bound"] == data["bound"] and res.json()["verdict"] == "BOUND"
+    assert res.json()["allowed"] == data["allowed"]
     # the full shield does not meet a 0.1 budget: exit 1, verdict FAIL, files still written
     res = run_cli("shield", "certify", "--model", str(MODEL), "--logs", str(LOGS),
-                  "--epsilon", "0.1", "--out", str(tmp_path / "full"))  # fmt: skip
+                  "--epsilon", "0.1", "--out", str(tmp_path / "full"), cwd=REPO)  # fmt: skip
     assert res.code == 1
     cert = json.loads((tmp_path / "full" / "certificate.json").read_text())
     assert cert["verdict"] == "FAIL" and cert["result"]["bound"] > 0.9
@@ -70,6 +89,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
         (["--logs", str(tmp_path / "none.jsonl")], "does not exist"),
         (["--logs", str(LOGS), "--method", "magic"], "method"),
         (["--logs", str(LOGS), "--epsilon", "1.5"], "--epsilon"),
+        (["--logs", str(LOGS), "--sign-key", str(tmp_path / "none.pem")], "--sign-key"),
     ]
     for extra, msg in cases:
         args = ["shield", "synthesize", "--model", str(MODEL), "--epsilon", "0.1",
@@ -84,7 +104,7 @@ def test_bad_model_is_one_line_exit_2(tmp_path):
     model = tmp_path / "m.toml"
     model.write_text(MODEL.read_text().replace('halt = "halt"', 'halt = "stop"'))
     res = run_cli("shield", "certify", "--model", str(model), "--logs", str(LOGS),
-                  "--out", str(tmp_path / "o"))  # fmt: skip
+                  "--out", str(tmp_path / "o"), cwd=REPO)  # fmt: skip
     assert res.code == 2 and "halt" in res.stderr and res.stderr.count("\n") == 1
 
 
@@ -101,4 +121,25 @@ def test_verify_recomputes_and_catches_tampering(synthesized, tmp_path):
     res = run_cli("verify", str(copy / "certificate.json"), "--json")
     assert res.code == 1
     failed = {c["name"] for c in res.json()["checks"] if not c["ok"]}
-    assert failed == {"bound V̄_T(s0)"}
+    assert failed == {"result.bound"}
+
+
+def test_certify_refuses_to_overwrite_its_own_shield_input(synthesized, capsys):
+    out, _ = synthesized
+    code, err = _in_process(capsys, "shield", "certify", "--model", str(MODEL), "--logs",
+                            str(LOGS), "--shield", str(out / "shield.json"), "--out", str(out))  # fmt: skip
+    assert code == 2 and "--shield" in err and err.count("\n") == 1
+
+
+def test_sign_key_signs_the_certificate(tmp_path, capsys):
+    from safecert.signing import generate_keypair
+
+    key, pub = generate_keypair(tmp_path / "keys")
+    out = tmp_path / "signed"
+    code, err = _in_process(capsys, "shield", "certify", "--model", str(MODEL), "--logs",
+                            str(LOGS), "--out", str(out),
+                            "--sign-key", str(key), "--json")  # fmt: skip
+    assert code == 0, err
+    assert (out / "certificate.json.sig").is_file()
+    code, err = _in_process(capsys, "verify", str(out / "certificate.json"), "--pubkey", str(pub))
+    assert code == 0, err

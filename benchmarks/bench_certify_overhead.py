@@ -79,7 +79,7 @@ def certify_run(episodes: int, workers: int, batch_size: int = 1) -> tuple[float
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         config.unlink()
-    return elapsed, cpu, cert.result["stage1"]["cost"]["mean"] * episodes
+    return elapsed, cpu, cert.result.stage1.cost_kpi.mean * episodes
 
 
 def main() -> None:

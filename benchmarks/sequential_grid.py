@@ -170,18 +170,18 @@ def real_grid(episodes: int) -> dict:
         t_seq = time.time() - t
     cells = []
     for f, s, d in zip(
-        fixed.result["cells"], seq.result["cells"], seq.result["sequential"]["cells"], strict=True
+        fixed.result.cells, seq.result.cells, seq.result.sequential.cells, strict=True
     ):
         cells.append(
             {
-                "params": f["params"],
-                "fixed_rate": f["failure_rate"],
+                "params": f.params,
+                "fixed_rate": f.failure_rate,
                 "fixed_decision": fixed_decision(
-                    f["failures"], f["episodes"], fixed.result["delta_cell"], 0.05
+                    f.failures, f.episodes, fixed.result.delta_cell, 0.05
                 ),
-                "sequential_decision": s["decision"],
-                "episodes_used": d["episodes_used"],
-                "episodes_run": d["episodes_run"],
+                "sequential_decision": s.decision,
+                "episodes_used": d.episodes_used,
+                "episodes_run": d.episodes_run,
             }
         )
     return {
@@ -189,8 +189,8 @@ def real_grid(episodes: int) -> dict:
         "cells": cells,
         "seconds_fixed": t_fixed,
         "seconds_sequential": t_seq,
-        "episodes_run_total": seq.result["sequential"]["episodes_run"],
-        "episodes_fixed_total": seq.result["sequential"]["episodes_fixed_n"],
+        "episodes_run_total": seq.result.sequential.episodes_run,
+        "episodes_fixed_total": seq.result.sequential.episodes_fixed_n,
     }
 
 

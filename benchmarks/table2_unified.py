@@ -74,22 +74,22 @@ def main() -> None:
         config = folder / f"{policy}.toml"
         config.write_text(textwrap.dedent(CONFIG.format(policy=policy, episodes=args.episodes)))
         cert = certify(config, folder / policy, workers=args.workers, progress=False)
-        p_star = cert.result["p_star"]
-        for cell in cert.result["cells"]:
+        p_star = cert.result.p_star
+        for cell in cert.result.cells:
             rows.append(
                 {
                     "policy": policy,
-                    "cell": cell_label(cell["params"]),
-                    "N": cell["episodes"],
-                    "task_rate": cell["task_failure_rate"],
-                    "task_ub": cell["task_upper_bound"],
-                    "task_only": decision(cell["task_upper_bound"], p_star),
-                    "safety_rate": cell["safety_failure_rate"],
-                    "safety_ub": cell["safety_upper_bound"],
-                    "safety_only": decision(cell["safety_upper_bound"], p_star),
-                    "unified_rate": cell["failure_rate"],
-                    "unified_ub": cell["upper_bound"],
-                    "unified": cell["decision"],
+                    "cell": cell_label(cell.params),
+                    "N": cell.episodes,
+                    "task_rate": cell.task_failure_rate,
+                    "task_ub": cell.task_upper_bound,
+                    "task_only": decision(cell.task_upper_bound, p_star),
+                    "safety_rate": cell.safety_failure_rate,
+                    "safety_ub": cell.safety_upper_bound,
+                    "safety_only": decision(cell.safety_upper_bound, p_star),
+                    "unified_rate": cell.failure_rate,
+                    "unified_ub": cell.upper_bound,
+                    "unified": cell.decision,
                     "verdict": cert.verdict,
                 }
             )

@@ -155,7 +155,9 @@ def _numbers(data, path=()):
 
 
 @pytest.mark.parametrize("make", ["blackbox", "sequential"])
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_random_valid_certificates_round_trip_byte_identically(tmp_path, make, seed):
     base = blackbox_cert() if make == "blackbox" else sequential_cert(tmp_path)

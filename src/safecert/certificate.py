@@ -324,8 +324,9 @@ class VerificationReport:
         self.add(
             name,
             ok,
-            f"{_short(recomputed)}" if ok else f"recomputed {_short(recomputed)}, "
-            f"certificate {_short(claimed)}",
+            f"{_short(recomputed)}"
+            if ok
+            else f"recomputed {_short(recomputed)}, certificate {_short(claimed)}",
         )
         return ok
 

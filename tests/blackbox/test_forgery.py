@@ -22,12 +22,12 @@ from safecert.certificate import canonical_json, make_certificate, read_certific
 from safecert.cli.main import main
 from tests.blackbox.pipeline_helpers import POLICIES
 
-ENV = '''
+ENV = """
 import gymnasium as gym
 
 def make(**kwargs):
     return gym.make("CartPole-v1", max_episode_steps=60)
-'''
+"""
 
 CONFIG = """
 policy = "python:forge_pol:cartpole"
@@ -228,9 +228,7 @@ def test_extra_episode_in_store(fixed):
     db = sqlite3.connect(fixed / "episodes.sqlite")
     with db:
         row = db.execute("SELECT * FROM episodes WHERE cell = 0 AND idx = 0").fetchone()
-        db.execute(
-            "INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?,?)", (0, 999, *row[2:])
-        )
+        db.execute("INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?,?)", (0, 999, *row[2:]))
     db.close()
     assert _verify(fixed / "certificate.json") == 1
 
@@ -336,7 +334,7 @@ def test_malformed_certificate_is_one_line_exit_2(fixed, capsys, edit):
 
 @pytest.mark.parametrize(
     "content",
-    [b"\xff\xfe\x00garbage", b"[" * 100_000 + b"]" * 100_000, b"", b"{\"kind\": \"blackbox\"}"],
+    [b"\xff\xfe\x00garbage", b"[" * 100_000 + b"]" * 100_000, b"", b'{"kind": "blackbox"}'],
 )
 def test_garbage_certificate_is_one_line_exit_2(tmp_path, capsys, content):
     cert = tmp_path / "certificate.json"

@@ -107,7 +107,9 @@ def test_stage1_inside_grid_and_separate():
     assert inside_family.size == 2 and inside_family.delta_cell == pytest.approx(0.05)
     assert inside.stage1.decision == "PASS" and inside.verdict == "FAIL"
     assert inside.odd == [{"obs_noise": 0.0}]
-    separate_family = Family(({"obs_noise": 0.1}, {"obs_noise": 0.2}, {"obs_noise": 0.0}), 2, 2, 0.9)
+    separate_family = Family(
+        ({"obs_noise": 0.1}, {"obs_noise": 0.2}, {"obs_noise": 0.0}), 2, 2, 0.9
+    )
     separate = judge_run(
         {0: bad, 1: good, 2: good},
         separate_family,
@@ -123,7 +125,9 @@ def test_stage1_inside_grid_and_separate():
 def test_family_from_envelope_matches_bonferroni():
     from safecert.blackbox.config import Envelope
 
-    env = Envelope.model_validate({"obs_noise": {"levels": [0.1, 0.2]}, "delay": {"levels": [0, 1]}})
+    env = Envelope.model_validate(
+        {"obs_noise": {"levels": [0.1, 0.2]}, "delay": {"levels": [0, 1]}}
+    )
     fam = Family.of(env, 0.9)
     assert fam.grid_size == 4 and fam.size == 5 and fam.separate_stage1
     assert fam.cells[fam.stage1] == {"obs_noise": 0.0, "delay": 0}

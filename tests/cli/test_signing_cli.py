@@ -21,7 +21,9 @@ def signed(tmp_path_factory):
     key, pub = base / "keys" / "safecert_ed25519.key", base / "keys" / "safecert_ed25519.pub"
     config = cartpole_run(base / "in", episodes=4, max_steps=30)
     out = base / "run"
-    code = main(["certify", str(config), "--out", str(out), "--workers", "1", "--sign-key", str(key)])
+    code = main(
+        ["certify", str(config), "--out", str(out), "--workers", "1", "--sign-key", str(key)]
+    )
     assert code in (0, 1)
     assert (out / "certificate.json.sig").is_file()
     return out, key, pub
@@ -77,7 +79,9 @@ def test_resigning_after_an_edit_needs_the_private_key(signed, cli_here, tmp_pat
 
     cert.write_text(canonical_json(data))
     assert main(["keygen", "--out", str(tmp_path / "forger")]) == 0
-    assert main(["sign", str(cert), "--key", str(tmp_path / "forger" / "safecert_ed25519.key")]) == 0
+    assert (
+        main(["sign", str(cert), "--key", str(tmp_path / "forger" / "safecert_ed25519.key")]) == 0
+    )
     assert cli_here("verify", cert, "--pubkey", signed[2]).code == 1
 
 

@@ -366,9 +366,7 @@ def store_digest(store: EpisodeStore, path: str = "episodes.sqlite") -> FileDige
 
 
 def run_inputs(plan: RunPlan, store: EpisodeStore) -> Inputs:
-    return Inputs(
-        root=str(plan.base_dir), files=list(plan.inputs), evidence=[store_digest(store)]
-    )
+    return Inputs(root=str(plan.base_dir), files=list(plan.inputs), evidence=[store_digest(store)])
 
 
 def build_certificate(plan: RunPlan, store: EpisodeStore) -> BlackboxCertificate:

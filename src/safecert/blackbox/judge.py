@@ -95,9 +95,7 @@ def judge_cell(
 def verdict(stage1: Cell, cells: Sequence[Cell]) -> Literal["PASS", "FAIL"]:
     """PASS iff the stage-1 nominal gate passes and every grid cell passes; else FAIL."""
     return (
-        "PASS"
-        if stage1.decision == "PASS" and all(c.decision == "PASS" for c in cells)
-        else "FAIL"
+        "PASS" if stage1.decision == "PASS" and all(c.decision == "PASS" for c in cells) else "FAIL"
     )
 
 

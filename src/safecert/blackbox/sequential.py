@@ -60,8 +60,8 @@ from safecert.blackbox.result import (
 )
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import Certificate, make_certificate, write_certificate
-from safecert.document import to_jsonable
 from safecert.config import parse_model
+from safecert.document import to_jsonable
 from safecert.stats.betting import BettingRule
 from safecert.stats.sequential import FAIL, PASS, UNDECIDED, Boundaries
 from safecert.stats.sequential_plan import make_rule

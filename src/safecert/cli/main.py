@@ -12,9 +12,9 @@ import typer
 
 from safecert import __version__
 from safecert.cli import blackbox as blackbox_cli
-from safecert.cli import shield as shield_cli
 from safecert.cli import bnn as bnn_cli
 from safecert.cli import keys as keys_cli
+from safecert.cli import shield as shield_cli
 from safecert.cli import stats as stats_cli
 from safecert.cli import verify as verify_cli
 from safecert.errors import SafecertError

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
 from rich.console import Console
 from rich.table import Table
 

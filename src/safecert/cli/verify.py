@@ -102,8 +102,11 @@ def _print(
         console.print(
             table(
                 f"verify {certificate} ({report.kind}): "
-                + (f"{len(failed)} of {len(report.checks)} checks FAILED" if failed else
-                   f"{len(report.checks)} checks"),
+                + (
+                    f"{len(failed)} of {len(report.checks)} checks FAILED"
+                    if failed
+                    else f"{len(report.checks)} checks"
+                ),
                 ["name", "ok", "detail"],
                 [[c.name, "yes" if c.ok else "NO", c.detail] for c in shown],
             )

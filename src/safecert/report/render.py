@@ -18,10 +18,9 @@ from typing import Any
 from safecert.blackbox.grid import cell_label
 from safecert.blackbox.jobs import EpisodeRecord
 from safecert.certificate import BlackboxCertificate, SequentialCertificate
-
-Certificate = BlackboxCertificate | SequentialCertificate
 from safecert.report.odd import odd_maps
 
+Certificate = BlackboxCertificate | SequentialCertificate
 MAX_COUNTEREXAMPLES = 25
 
 

@@ -17,6 +17,9 @@ from safecert.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
+#: configs are small; anything larger is refused before parsing
+MAX_TOML_BYTES = 16 << 20
+
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file, one-line errors for a missing file or bad syntax."""
@@ -26,10 +29,33 @@ def read_toml(path: Path) -> dict[str, Any]:
             f"{path} does not exist", field="config", fix="pass an existing TOML file"
         )
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"{path} cannot be read ({exc.strerror})", field="config", fix="check its permissions"
+        ) from None
+    if len(raw) > MAX_TOML_BYTES:
+        raise ConfigError(
+            f"{path} is {len(raw)} bytes; a config is at most {MAX_TOML_BYTES >> 20} MiB",
+            field="config",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path} is not UTF-8 text (line {line}, byte {exc.start})",
+            field="config",
+            fix="save the file as UTF-8",
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML ({exc})", field="config") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path} nests arrays or tables too deeply", field="config", fix="flatten it"
+        ) from None
 
 
 def parse_model(model: type[M], data: dict[str, Any], *, prefix: str = "") -> M:

@@ -231,7 +231,8 @@ def test_missing_state_is_halt_only(base, tmp_path, capsys):
                      "--shield", str(tmp_path / f"{name}.json"),
                      "--out", str(tmp_path / name), "--json"])  # fmt: skip
         assert code == 0
-        capsys.readouterr()
+        printed = json.loads(capsys.readouterr().out)
+        assert printed["halt_only_not_listed"] == (["r1c4"] if name == "partial" else [])
         certs[name] = json.loads((tmp_path / name / "certificate.json").read_text())
     got, explicit = certs["partial"]["result"], certs["halt_only"]["result"]
     assert got["allowed"]["r1c4"] == ["halt"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -62,7 +61,12 @@ def test_certify_reproduces_the_bound_of_a_given_shield(synthesized, tmp_path):
     assert res.code == 0, res.stderr
     # the same shield, the same logs: the same bound to the last bit; no ε stated -> BOUND
     assert res.json()["bound"] == data["bound"] and res.json()["verdict"] == "BOUND"
-    assert res.json()["allowed"] == data["allowed"]
+    assert res.json()["allowed"] == data["allowed"] and res.json()["halt_only_not_listed"] == []
+    # a shield certificate is accepted as --shield too (its result.allowed)
+    res = run_cli("shield", "certify", "--model", str(MODEL), "--logs", str(LOGS),
+                  "--shield", str(out / "certificate.json"), "--out", str(tmp_path / "c"),
+                  "--json")  # fmt: skip
+    assert res.code == 0 and res.json()["bound"] == data["bound"], res.stderr
     # the full shield does not meet a 0.1 budget: exit 1, verdict FAIL, files still written
     res = run_cli("shield", "certify", "--model", str(MODEL), "--logs", str(LOGS),
                   "--epsilon", "0.1", "--out", str(tmp_path / "full"), cwd=REPO)  # fmt: skip

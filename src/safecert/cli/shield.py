@@ -49,7 +49,14 @@ def _show(run: ShieldRun, out: Path, json_out: bool) -> None:
 
     cert = run.certificate
     if json_out:
-        emit_json({"verdict": cert.verdict, "out": str(out), **cert.result.model_dump(mode="json")})
+        emit_json(
+            {
+                "verdict": cert.verdict,
+                "out": str(out),
+                "halt_only_not_listed": run.missing_states,
+                **cert.result.model_dump(mode="json"),
+            }
+        )
         return
     rows = table_rows(run.model, run.allowed, run.values)
     console.print(

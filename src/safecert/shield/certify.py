@@ -245,8 +245,11 @@ def synthesize_shield(
 
 
 def _check_sign_key(sign_key: Path | None) -> None:
-    if sign_key is not None and not Path(sign_key).is_file():
-        raise ConfigError(f"{sign_key} does not exist", field="--sign-key")
+    """Refuse a missing or unusable key before any work is done (the signature is written last)."""
+    if sign_key is not None:
+        from safecert.signing import load_private_key
+
+        load_private_key(Path(sign_key))
 
 
 def _input_digests(model_path: Path, logs_path: Path, shield_path: Path | None) -> list[FileDigest]:

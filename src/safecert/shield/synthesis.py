@@ -41,7 +41,7 @@ TOL = 1e-12
 
 
 @dataclass
-class ShieldResult:
+class SynthesisResult:
     """A synthesized shield and its certificate V̄_T(s0)."""
 
     allowed: np.ndarray  # (n, m) bool
@@ -185,7 +185,7 @@ def synthesize(
     rho_min: float = 1e-3,
     occupancy: np.ndarray | None = None,
     rows: Rows | None = None,
-) -> ShieldResult:
+) -> SynthesisResult:
     """Least-restrictive shield with V̄_T(s0) ≤ ε (see the module docstring for the methods).
 
     ``rows`` replaces the confidence sets built from ``est`` (Lemma 2, :func:`robust_rows`) by
@@ -209,7 +209,7 @@ def synthesize(
         allowed, fallback = all_halt(model), True
         values, _ = value_iteration(rows, allowed, model.horizon)
         bound = float(values[model.initial])
-    return ShieldResult(
+    return SynthesisResult(
         allowed=allowed,
         bound=bound,
         values=values[: model.n_states],

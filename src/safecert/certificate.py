@@ -210,8 +210,17 @@ def certificate_bytes(cert: Certificate) -> bytes:
 
 
 def write_certificate(cert: Certificate, path: Path, *, sign_key: Path | None = None) -> Path:
-    """Write ``cert`` canonically and durably; with ``sign_key`` also ``PATH.sig`` (Ed25519)."""
-    path = durable_write(Path(path), certificate_bytes(cert))
+    """Write ``cert`` canonically and durably; with ``sign_key`` also ``PATH.sig`` (Ed25519).
+
+    Without a key, a ``PATH.sig`` left by an earlier run is removed: it signs other bytes.
+    """
+    path = Path(path)
+    if sign_key is not None:
+        from safecert.signing import load_private_key
+
+        load_private_key(sign_key)  # a bad key is one line before anything is written
+    Path(f"{path}.sig").unlink(missing_ok=True)
+    path = durable_write(path, certificate_bytes(cert))
     if sign_key is not None:
         from safecert.signing import sign_file
 

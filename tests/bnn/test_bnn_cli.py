@@ -135,3 +135,23 @@ def test_config_model():
     with pytest.raises(ConfigError, match="bayesian.sigma"):
         bayesian_spec(benchmark_config("lds", bayesian={"sigma": [0.1]}), load_policy("lds"))
     assert np.isclose(benchmark_config("lds", epsilon=0.02).epsilon_value().value, 0.02)
+
+
+def test_sign_key_signs_the_certificate(cli, tmp_path):
+    """A budget spent before the first ε (instant UNKNOWN, exit 1), signed and verified."""
+    from safecert.signing import generate_keypair
+
+    key, pub = generate_keypair(tmp_path / "keys")
+    cfg = tmp_path / "c.toml"
+    shutil.copyfile(EXAMPLE / "lds.npz", tmp_path / "lds.npz")
+    cfg.write_text(
+        'policy = "lds.npz"\nsystem = "lds"\n[search]\nenabled = true\n[limits]\ntotal_s = 1e-9\n'
+    )
+    out = tmp_path / "o"
+    res = cli("bnn", "verify", str(cfg), "--out", str(out), "--sign-key", str(key), "--json")
+    assert res.code == 1 and res.json()["verdict"] == "UNKNOWN", res.stderr
+    assert (out / "certificate.json.sig").is_file()
+    ok = cli("verify", str(out / "certificate.json"), "--pubkey", str(pub), "--json")
+    assert ok.code == 0 and ok.json()["ok"], ok.stdout + ok.stderr
+    bad = cli("bnn", "verify", str(cfg), "--out", str(out), "--sign-key", str(tmp_path / "nokey"))
+    assert bad.code == 2 and "--sign-key" in bad.stderr and "Traceback" not in bad.stderr

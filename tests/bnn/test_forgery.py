@@ -26,8 +26,8 @@ from tests.conftest import run_cli
 Edit = Callable[[dict[str, Any], Path], None]
 
 
-def _copy(cert: Path, tmp_path: Path) -> Path:
-    folder = tmp_path / "run"
+def _copy(cert: Path, tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
     shutil.copytree(cert.parent, folder)
     return folder / cert.name
 
@@ -52,12 +52,12 @@ def _verify(cert: Path, capsys) -> tuple[int, set[str], str]:
 @pytest.fixture
 def safe_cert(lds_run, tmp_path) -> Path:
     assert lds_run.result.code == 0, lds_run.result.stderr
-    return _copy(lds_run.certificate, tmp_path)
+    return _copy(lds_run.certificate, tmp_path, "safe")
 
 
 @pytest.fixture
 def unknown_cert(unknown_run, tmp_path) -> Path:
-    return _copy(unknown_run, tmp_path)
+    return _copy(unknown_run, tmp_path, "unknown")
 
 
 def test_untouched_copies_verify(safe_cert, unknown_cert, capsys):
@@ -96,6 +96,14 @@ def _policy_weight(_: dict[str, Any], folder: Path) -> None:
     layers = [(np.array(w), np.array(b)) for w, b in net.layers]
     layers[1][0][0, 0] += 0.5
     (folder / POLICY_FILE).write_bytes(ReluNetwork(layers).npz_bytes())
+
+
+def _policy_weight_rehashed(data: dict[str, Any], folder: Path) -> None:
+    """The weight edit with the copy's recorded digest updated to match."""
+    from safecert.document import sha256_file
+
+    _policy_weight(data, folder)
+    data["inputs"]["evidence"][0]["sha256"] = sha256_file(folder / POLICY_FILE)
 
 
 def _bayesian_sigma(data: dict[str, Any], _: Path) -> None:
@@ -140,7 +148,8 @@ def _larger_epsilon_everywhere(data: dict[str, Any], folder: Path) -> None:
         (_acceptance, {"acceptance_probability"}),
         (_margin(1e-3), {"verifier_margin"}),
         (_margin(0.0), {"verifier_margin"}),
-        (_policy_weight, {"policy-copy sha256 (policy.npz)", "policy-copy is the policy file"}),
+        (_policy_weight, {"policy-copy sha256 (policy.npz)"}),
+        (_policy_weight_rehashed, {"policy-copy is the policy file"}),
         (_bayesian_sigma, {"epsilon.absolute[1]", "acceptance_probability"}),
         (_invariant_bias, {"verdict"}),
         (_search_row, {"search[0].epsilon"}),
@@ -154,6 +163,7 @@ def _larger_epsilon_everywhere(data: dict[str, Any], folder: Path) -> None:
         "verifier_margin 1e-3",
         "verifier_margin 0",
         "policy.npz weight",
+        "policy.npz weight, digest updated",
         "parameters.bayesian.sigma",
         "invariant weights",
         "search row epsilon",

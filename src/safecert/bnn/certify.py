@@ -4,8 +4,9 @@
 :func:`~safecert.bnn.search.search_plan` implies), and writes into the output folder, each file
 durably (:func:`~safecert.document.durable_write`) and the certificate last:
 
-* ``policy.npz`` — the mean policy the certificate is about (a byte copy of the user's file, or
-  the packaged benchmark weights): the evidence ``safecert verify`` re-reads;
+* ``policy.npz`` — first: the mean policy the certificate is about (a byte copy of the user's
+  file, or the packaged benchmark weights), read back as the network the search verifies; the
+  evidence ``safecert verify`` re-reads;
 * ``invariant.png`` — the paper's Fig. 2, for 2-D systems;
 * ``certificate.json`` — :func:`build_certificate` (signed with ``sign_key`` when given).
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from safecert.bnn.config import BnnConfig, bayesian_spec, load_policy_network
 from safecert.bnn.dynamics import get_benchmark
+from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.result import (
     BnnResult,
     Checks,
@@ -193,7 +195,8 @@ def build_certificate(
 
 
 def run_inputs(config_path: Path | None, policy_path: Path | None, out: Path) -> Inputs:
-    """``inputs`` of a run whose ``policy.npz`` copy is already in ``out`` (module docstring)."""
+    """``inputs`` of a run whose ``policy.npz`` copy is already in ``out`` (module docstring),
+    digested when the run starts (the files as they were read)."""
     root = (config_path.parent if config_path is not None else Path.cwd()).resolve()
     files: list[FileDigest] = []
     if config_path is not None:
@@ -252,6 +255,11 @@ def certify_run(
 
     base = config_path.parent if config_path is not None else None
     mean, policy_path = load_policy_network(cfg, base)
+    # the copy first, and the network from it: what is verified is exactly the evidence file
+    copy = policy_path.read_bytes() if policy_path is not None else mean.npz_bytes()
+    durable_write(out / POLICY_FILE, copy)
+    mean = ReluNetwork.from_npz(out / POLICY_FILE)
+    inputs = run_inputs(config_path, policy_path, out)
     problem = BnnProblem(get_benchmark(cfg.system), mean, bayesian_spec(cfg, mean), cfg)
     problem.progress = progress
     plan = search_plan(cfg)
@@ -262,9 +270,7 @@ def certify_run(
         bisection_steps=plan.bisection_steps,
         clock=cfg.limits.clock,
     )
-    copy = policy_path.read_bytes() if policy_path is not None else mean.npz_bytes()
-    durable_write(out / POLICY_FILE, copy)
-    cert, shown = build_certificate(problem, found, run_inputs(config_path, policy_path, out))
+    cert, shown = build_certificate(problem, found, inputs)
     plot = None
     if shown is not None and can_plot(problem.bench):
         res = shown.result
@@ -276,5 +282,7 @@ def certify_run(
             [(c.x, c.x_next) for c in res.counterexamples],
             title=f"{problem.bench.name} at ε = {shown.epsilon}: {res.verdict}",
         )
+    else:
+        (out / PLOT_FILE).unlink(missing_ok=True)  # a previous run's picture is not this run's
     path = write_certificate(cert, out / CERTIFICATE_FILE, sign_key=sign_key)
     return BnnRun(cert, path, plot, shown)

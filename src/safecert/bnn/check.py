@@ -76,8 +76,10 @@ def check(
     check_file_digests(cert, evidence, report)
     mean = ReluNetwork.from_npz(policy_path)
     check_policy_source(cfg, cert, copy_entry, mean, report)
-    spec = parameters_spec(cfg, mean)
     bench = get_benchmark(cfg.system)
+    spec = policy_spec(cfg, bench, mean, report)
+    if spec is None:
+        return report  # a policy that does not fit: nothing else can be derived
 
     report.equal("seed", cfg.seed, cert.seed)
     report.equal("system", cfg.system, r.system)
@@ -136,12 +138,24 @@ def _as_data_error(exc: ConfigError) -> DataError:
     return DataError(text, field=f"parameters.{exc.field or 'bayesian'}")
 
 
-def parameters_spec(cfg: BnnConfig, mean: ReluNetwork) -> BayesianSpec:
-    """The Bayesian spec ``parameters.bayesian`` gives for the policy (as the run derived it)."""
+def policy_spec(
+    cfg: BnnConfig, bench: Benchmark, mean: ReluNetwork, report: VerificationReport
+) -> BayesianSpec | None:
+    """The Bayesian spec ``parameters.bayesian`` gives for the policy (as the run derived it), or
+    None with a failing check when the policy does not fit the system or the spec."""
+    if (mean.in_dim, mean.out_dim) != (bench.state_dim, bench.n_actions):
+        report.add(
+            "policy fits the system",
+            False,
+            f"{POLICY_FILE} maps {mean.in_dim} → {mean.out_dim}, {bench.name} needs "
+            f"{bench.state_dim} → {bench.n_actions}",
+        )
+        return None
     try:
         return bayesian_spec(cfg, mean)
     except ConfigError as exc:
-        raise _as_data_error(exc) from None
+        report.add("parameters.bayesian fits the policy", False, str(exc))
+        return None
 
 
 def search_plan_of(cfg: BnnConfig) -> SearchPlan:

@@ -84,8 +84,10 @@ def verify(
         cfg = parse_model(
             BnnConfig, {**cfg.model_dump(), **{k: _dump(v) for k, v in updates.items()}}
         )
-    if sign_key is not None and not sign_key.is_file():
-        raise ConfigError(f"{sign_key} does not exist", field="--sign-key", fix="pass a key file")
+    if sign_key is not None:  # a bad key fails now, not after the search
+        from safecert.signing import load_private_key
+
+        load_private_key(sign_key)
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     with _progress(quiet=json_out) as update:

@@ -70,3 +70,47 @@ def field_paths(data: dict) -> list[tuple]:
 
 def load(text: str) -> dict:
     return json.loads(text)
+
+
+def perturb_numbers(data: dict, seed: int, count: int = 10) -> dict:
+    """``data`` with up to ``count`` numeric model fields set to other numbers of their type
+    (still a valid certificate: parsing checks types, not meaning)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    numbers = [
+        (p, v) for p, v in leaves(data) if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    for i in rng.choice(len(numbers), size=min(count, len(numbers)), replace=False):
+        path, value = numbers[int(i)]
+        new = int(rng.integers(0, 10**6)) if isinstance(value, int) else float(rng.normal(0, 1e3))
+        data = set_at(data, path, new)
+    return data
+
+
+def assert_round_trips(data: dict) -> None:
+    """A valid certificate, parsed and written again, gives its canonical bytes back."""
+    from safecert.certificate import canonical_json, certificate_bytes, parse_certificate
+
+    text = canonical_json(data)
+    cert = parse_certificate(json.loads(text), source="test")
+    assert certificate_bytes(cert).decode() == text
+
+
+def assert_every_mutation_is_one_line(data: dict, minimum_fields: int = 20) -> None:
+    """Deleting any model field, or giving any value another JSON type, is one DataError line."""
+    import pytest
+
+    from safecert.certificate import parse_certificate
+    from safecert.errors import DataError
+
+    paths = field_paths(data)
+    assert len(paths) >= minimum_fields
+    for path in paths:
+        with pytest.raises(DataError) as deleted:
+            parse_certificate(delete_at(data, path), source="test")
+        assert "\n" not in str(deleted.value), path
+    for path, value in leaves(data):
+        with pytest.raises(DataError) as retyped:
+            parse_certificate(set_at(data, path, retype(value)), source="test")
+        assert str(retyped.value).startswith("certificate"), path

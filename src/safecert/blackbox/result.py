@@ -27,8 +27,9 @@ class Kpi(StrictModel):
     outside_range: bool
 
 
-class Cell(StrictModel):
-    """One cell of the family judged at fixed N: counts, Clopper–Pearson bounds at δ', decision."""
+class _CellCounts(StrictModel):
+    """What every judged cell states: its counts, rates, the Table-2 breakdown bounds at δ', and
+    the Hoeffding KPI bounds."""
 
     params: CellParams
     episodes: int
@@ -39,12 +40,17 @@ class Cell(StrictModel):
     failure_rate: float
     task_failure_rate: float
     safety_failure_rate: float
-    upper_bound: float
     task_upper_bound: float
     safety_upper_bound: float
-    decision: Literal["PASS", "FAIL"]
     return_kpi: Kpi
     cost_kpi: Kpi
+
+
+class Cell(_CellCounts):
+    """One cell of the family judged at fixed N: Clopper–Pearson upper bound at δ', decision."""
+
+    upper_bound: float
+    decision: Literal["PASS", "FAIL"]
 
 
 class Stage1Cell(Cell):
@@ -107,28 +113,15 @@ class BlackboxResult(_Common):
     rejudged: Rejudged | None
 
 
-class SequentialCell(StrictModel):
+class SequentialCell(_CellCounts):
     """A cell judged by an anytime-valid rule on its first ``episodes_used`` episodes; counts and
     Hoeffding bounds over all ``episodes`` stored (descriptive)."""
 
-    params: CellParams
-    episodes: int
-    failures: int
-    task_failures: int
-    safety_failures: int
-    oracle_failures: int
-    failure_rate: float
-    task_failure_rate: float
-    safety_failure_rate: float
-    task_upper_bound: float
-    safety_upper_bound: float
     decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
     lower_bound: float
     upper_bound: float
     episodes_used: int
     failures_used: int
-    return_kpi: Kpi
-    cost_kpi: Kpi
 
 
 class SequentialStage1(SequentialCell):

@@ -359,3 +359,16 @@ def test_resume_refuses_a_changed_policy(tmp_path, capsys):
     assert _run("certify", config, "--out", out, "--workers", "1", "--resume") == 2
     err = capsys.readouterr().err
     assert "resume_pol.py" in err and err.count("\n") == 1
+
+
+def test_exec_policies_are_identified_by_every_file_they_name(tmp_path):
+    """``exec:awk -f vendor.awk`` and ``exec:node vendor.js --model=w.bin`` (programs on PATH):
+    the script and every file argument are artifacts, so the certificate hashes them."""
+    from safecert.blackbox.oracles import parse_oracle_spec
+
+    for name in ("vendor.awk", "vendor.js", "w.bin"):
+        (tmp_path / name).write_text("x")
+    awk = parse_oracle_spec("exec:awk -f vendor.awk", base_dir=tmp_path)
+    assert awk.artifacts == (str((tmp_path / "vendor.awk").resolve()),)
+    sh = parse_oracle_spec("exec:sh vendor.js --model=w.bin --verbose", base_dir=tmp_path)
+    assert set(sh.artifacts) == {str((tmp_path / n).resolve()) for n in ("vendor.js", "w.bin")}

@@ -18,7 +18,7 @@ certification (BB-seq) and ``safecert verify``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -110,7 +110,7 @@ class Judgement:
 
 
 def judge_run(
-    by_cell: dict[int, Sequence[EpisodeRecord]],
+    by_cell: Mapping[int, Sequence[EpisodeRecord]],
     family: Family,
     *,
     budget: float,

@@ -92,6 +92,7 @@ def rejudge(
             seed=cert.seed,
             result=result,
         )
+        assert isinstance(new, BlackboxCertificate)
         write_certificate(new, out_dir / "certificate.json", sign_key=sign_key)
         from safecert.report import write_report
 
@@ -99,5 +100,4 @@ def rejudge(
         write_report(
             new, store.records(), out_dir, config_path=Path(config_path) if config_path else None
         )
-    assert isinstance(new, BlackboxCertificate)
     return new, out_dir

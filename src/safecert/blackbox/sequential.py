@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,7 +59,12 @@ from safecert.blackbox.result import (
     SequentialStage1,
 )
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import Certificate, make_certificate, write_certificate
+from safecert.certificate import (
+    Certificate,
+    SequentialCertificate,
+    make_certificate,
+    write_certificate,
+)
 from safecert.config import parse_model
 from safecert.document import to_jsonable
 from safecert.stats.betting import BettingRule
@@ -97,6 +102,7 @@ class SequentialSettings(BaseModel):
 
 
 Rule = Boundaries | BettingRule
+Decision = Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
 
 
 def outcomes_prefix(records: list[EpisodeRecord], budget: float) -> np.ndarray:
@@ -200,6 +206,7 @@ def certify_sequential(
             seed=plan.config.seed,
             result=result,
         )
+        assert isinstance(cert, SequentialCertificate)
         write_certificate(cert, Path(out_dir) / "certificate.json", sign_key=sign_key)
         from safecert.report import write_report
 
@@ -217,7 +224,7 @@ def cell_decisions(
         res = rule.decide(outcomes_prefix(records, budget))
         out[cell] = SequentialDecision(
             cell=cell,
-            decision=res.decision,
+            decision=cast(Decision, res.decision),
             episodes_used=int(res.episodes),
             failures_used=int(res.failures),
             episodes_run=len(records),

@@ -82,3 +82,27 @@ def test_envelope_the_environment_cannot_take_is_rejected_before_the_run(cli, tm
         res.code == 2 and "envelope.dynamics.mass" in res.stderr and "has no 'mass'" in res.stderr
     )
     assert not (tmp_path / "out" / "episodes.sqlite").exists()
+
+
+NUMBERS = {
+    "infinite timeout": ("episodes = 3", "episodes = 3\ntimeout_s = inf", "timeout_s", "finite"),
+    "absurd timeout": ("episodes = 3", "episodes = 3\ntimeout_s = 1e300", "timeout_s", "86400"),
+    "bool as count": ("episodes = 3", "episodes = true", "episodes", "valid integer"),
+    "absurd count": ("episodes = 3", "episodes = 1000000000000", "episodes", "10000000"),
+    "infinite budget": ("budget = 1.0", "budget = inf", "spec.budget", "finite"),
+    "number as string": ("budget = 1.0", 'budget = "1.0"', "spec.budget", "valid number"),
+    "bad return goal": ("budget = 1.0", 'budget = 1.0\ngoal = "return>=1e"', "spec.goal", "'1e'"),
+    "negative seed": ("episodes = 3", "episodes = 3\nseed = -1", "seed", "greater than"),
+}
+
+
+@pytest.mark.parametrize("case", list(NUMBERS))
+def test_non_finite_absurd_and_coerced_numbers_are_rejected_at_the_door(cli_here, tmp_path, case):
+    old, new, key, words = NUMBERS[case]
+    config = tmp_path / "bad.toml"
+    config.write_text(textwrap.dedent(GOOD).replace(old, new))
+    res = cli_here("certify", str(config), "--out", str(tmp_path / "out"))
+    assert res.code == 2, (res.stdout, res.stderr)
+    line = res.stderr.strip()
+    assert "\n" not in line and line.startswith(f"safecert: error: {key}:") and words in line, line
+    assert not (tmp_path / "out").exists()

@@ -30,7 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+#: unknown keys, coercions (``episodes = true``, ``budget = "5"``) and non-finite numbers are errors
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+#: beyond these a run is absurd on any machine (limits are stated in the error)
+MAX_EPISODES = 10_000_000
+MAX_TIMEOUT_S = 86_400.0
 Level = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -48,7 +52,16 @@ class Spec(BaseModel):
     @field_validator("goal")
     @classmethod
     def _goal(cls, value: str) -> str:
-        if value == "no_termination" or value.startswith("info:") or _RETURN_GOAL.fullmatch(value):
+        match = _RETURN_GOAL.fullmatch(value)
+        if match:
+            try:
+                threshold = float(match.group(1))
+            except ValueError:
+                raise ValueError(f"{match.group(1)!r} in 'return>=X' is not a number") from None
+            if not math.isfinite(threshold):
+                raise ValueError("the return threshold must be finite")
+            return value
+        if value == "no_termination" or value.startswith("info:"):
             return value
         raise ValueError("goal must be 'no_termination', 'info:KEY' or 'return>=X'")
 
@@ -151,17 +164,17 @@ class RunConfig(BaseModel):
     model_config = _STRICT
     policy: str = Field(min_length=1)
     env: str = Field(min_length=1)
-    episodes: int = Field(ge=1)
+    episodes: int = Field(ge=1, le=MAX_EPISODES)
     seed: int = Field(0, ge=0)
-    max_steps: int | None = Field(None, ge=1)
+    max_steps: int | None = Field(None, ge=1, le=100_000_000)
     batch_size: int = Field(1, ge=1, le=4096)
     workers: int | None = Field(None, ge=1)
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(10.0, gt=0.0)
-    retries: int = Field(3, ge=0)
+    timeout_s: float = Field(10.0, gt=0.0, le=MAX_TIMEOUT_S)
+    retries: int = Field(3, ge=0, le=100)
     batched: bool = True
-    range_episodes: int = Field(10, ge=1)
+    range_episodes: int = Field(10, ge=1, le=100_000)
     artifacts: list[str] = Field(default_factory=list)
     spec: Spec = Field(default_factory=Spec)
     kpis: Kpis = Field(default_factory=Kpis)

@@ -158,7 +158,9 @@ def test_parse_epsilon(text, value, in_sigma) -> None:
     assert parse_epsilon(str(eps)) == eps
 
 
-@pytest.mark.parametrize("text", ["", "sigma", "-1", "1.5sigmas", "abc", "nan"])
+@pytest.mark.parametrize(
+    "text", ["", "sigma", "-1", "1.5sigmas", "abc", "nan", "1e308sigma", "2e6", "inf"]
+)
 def test_parse_epsilon_rejects(text) -> None:
     with pytest.raises(ConfigError, match="epsilon"):
         parse_epsilon(text)

@@ -79,9 +79,8 @@ def _epsilon(value: str | float) -> Epsilon:
     try:
         return parse_epsilon(value)
     except ConfigError as exc:
-        raise ValueError(
-            f"cannot read epsilon {value!r}; write a number or e.g. '1.5sigma'"
-        ) from exc
+        detail = str(exc).removeprefix("epsilon: ")
+        raise ValueError(detail) from exc
 
 
 class BayesianConfig(_Model):

@@ -40,6 +40,10 @@ class Epsilon:
         return f"{self.value:g}sigma" if self.in_sigma else f"{self.value:g}"
 
 
+#: a weight box wider than this (absolute, or in σ) makes every bound overflow: refused at the door
+MAX_EPSILON = 1e6
+
+
 def parse_epsilon(text: str | float | Epsilon) -> Epsilon:
     """``"1.5sigma"``, ``"1.5σ"`` → 1.5 σ; ``"0.02"`` or ``0.02`` → absolute. Must be ≥ 0."""
     if isinstance(text, Epsilon):
@@ -58,6 +62,12 @@ def parse_epsilon(text: str | float | Epsilon) -> Epsilon:
     if not np.isfinite(value) or value < 0:
         raise ConfigError(
             f"epsilon must be finite and ≥ 0, got {value}", field="epsilon", fix="use e.g. 1.5sigma"
+        )
+    if value > MAX_EPSILON:
+        raise ConfigError(
+            f"epsilon {value:g} is above the limit {MAX_EPSILON:g} (no MILP is meaningful there)",
+            field="epsilon",
+            fix="use e.g. 1.5sigma",
         )
     return Epsilon(value, in_sigma)
 

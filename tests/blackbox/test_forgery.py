@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from safecert.blackbox.certify import blackbox_result, plan_run
+from safecert.blackbox.certify import build_certificate, plan_run
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import canonical_json, make_certificate, read_certificate
+from safecert.certificate import canonical_json, read_certificate
 from safecert.cli.main import main
 from tests.blackbox.pipeline_helpers import POLICIES
 
@@ -188,23 +188,8 @@ def _forge_store(folder: Path, sql: str) -> None:
     cert = read_certificate(folder / "certificate.json")
     plan = plan_run(Path(cert.inputs.root) / "run.toml")
     with EpisodeStore(folder / "episodes.sqlite", create=False) as store:
-        verdict, result = blackbox_result(
-            plan.config,
-            plan.family,
-            store.records(),
-            cost_range=plan.cost_range,
-            return_range=plan.return_range,
-            obs_ranges=store.get_meta("obs_ranges"),
-            rejudged=None,
-        )
-    forged = make_certificate(
-        "blackbox",
-        verdict,
-        parameters=cert.parameters,
-        inputs=cert.inputs,
-        seed=cert.seed,
-        result=result,
-    )
+        # the forger keeps the recorded digests (recomputing them is the next test's forger)
+        forged = build_certificate(plan, store).model_copy(update={"inputs": cert.inputs})
     (folder / "certificate.json").write_text(canonical_json(forged.model_dump(mode="json")))
 
 

@@ -218,8 +218,8 @@ def synthesize_shield(
 
     if not 0 <= epsilon < 1:
         raise ConfigError(f"must be in [0, 1), got {epsilon}", field="--epsilon")
-    if rho_min <= 0:
-        raise ConfigError(f"must be > 0, got {rho_min}", field="--rho-min")
+    if not 0 < rho_min <= 1e6:  # also rejects nan and inf
+        raise ConfigError(f"must be in (0, 1e6], got {rho_min}", field="--rho-min")
     if method not in METHODS:
         raise ConfigError(f"unknown method {method!r}", field="--method", fix=f"use {METHODS}")
     _check_sign_key(sign_key)

@@ -28,7 +28,7 @@ def test_cli_sequential_certifies_and_verifies(cli_here, tmp_path):
     assert res.code in (0, 1), res.stderr
     cert = res.json()
     seq = cert["result"]["sequential"]
-    assert seq["method"] == "mixture" and seq["cap"] == 400
+    assert seq["method"] == "onesided" and seq["cap"] == 400
     assert seq["delta_cell"] == pytest.approx(0.1 / 4)
     assert len(seq["cells"]) == 4
     for c, cell in zip(seq["cells"], cert["result"]["cells"], strict=True):
@@ -127,7 +127,7 @@ def test_bad_sequential_table_is_one_line(cli_here, tmp_path):
     assert res.code == 2 and "sequential.method" in res.stderr
 
 
-@pytest.mark.parametrize("method", ["mixture", "looks", "betting", "curtail"])
+@pytest.mark.parametrize("method", ["onesided", "mixture", "looks", "betting", "curtail"])
 def test_rounds_do_not_change_decisions(method):
     """Scheduling in rounds (as certify does) stops at the same index with the same decision as
     judging the whole sequence at once: rounds only add overshoot, never a different outcome."""

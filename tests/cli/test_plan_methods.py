@@ -29,7 +29,7 @@ def test_plan_methods_json(cli):
     data = res.json()
     assert {"p_star", "confidence", "family_size", "expected_rate", "cap", "methods"} <= set(data)
     by = {m["method"]: m for m in data["methods"]}
-    assert set(by) == {"cp", "hoeffding", "looks", "mixture", "betting", "curtail"}
+    assert set(by) == {"cp", "hoeffding", "onesided", "looks", "mixture", "betting", "curtail"}
     assert by["cp"]["episodes"] == 45  # CORE-RL Table 68, k = 0
     assert by["hoeffding"]["episodes"] == math.ceil(math.log(10) / (2 * 0.05**2))  # 461
     # zero failures: the looks rule stops at its first look, the mixture at its first PASS point
@@ -37,6 +37,8 @@ def test_plan_methods_json(cli):
     assert by["looks"]["episodes"] == looks.checks[0] == by["looks"]["median"]
     mix = make_rule("mixture", 0.05, 0.1, 2000)
     assert by["mixture"]["episodes"] == decide(mix, np.zeros(2000)).episodes
+    one = make_rule("onesided", 0.05, 0.1, 2000)
+    assert by["onesided"]["episodes"] == decide(one, np.zeros(2000)).episodes == 59
     assert by["curtail"]["episodes"] == 2000 - fixed_n_pass_max(2000, 0.05, 0.1)
     human = cli("plan", "--p-star", "0.05", "--method", "cp,sequential", "--expected-rate", "0.01")
     assert human.code == 0 and "sequential" in human.stdout and "cp" in human.stdout

@@ -82,7 +82,7 @@ class SequentialSettings(BaseModel):
     """The ``[sequential]`` table of the run config (all keys optional)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    method: Literal["mixture", "looks", "betting", "curtail"] = "mixture"
+    method: Literal["onesided", "mixture", "looks", "betting", "curtail"] = "onesided"
     first_look: int | None = Field(None, ge=1)
     look_ratio: float = Field(1.5, gt=1.0, le=10.0)
     spending: Literal["pi2", "uniform"] = "pi2"

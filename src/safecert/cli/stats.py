@@ -89,8 +89,8 @@ def plan(
     method: Annotated[
         str | None,
         typer.Option(
-            help="Compare methods instead: cp, hoeffding, sequential, looks, mixture, betting, "
-            "curtail (comma-separated) or all."
+            help="Compare methods instead: cp, hoeffding, sequential (= onesided), onesided, "
+            "looks, mixture, betting, curtail (comma-separated) or all."
         ),
     ] = None,
     expected_rate: Annotated[

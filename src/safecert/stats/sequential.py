@@ -8,7 +8,8 @@ index order. After n episodes with k failures a rule may stop with
 - **INCONCLUSIVE**: the cap N_max was reached without either.
 
 Every rule here is a pair of *boundaries*: at check point n_j it passes iff k ≤ pass_max[j] and
-fails iff k ≥ fail_min[j]. Three constructions (METHODS.md §1):
+fails iff k ≥ fail_min[j]. The one-sided e-process rule ``onesided`` (the default; see
+:mod:`safecert.stats.eprocess`) and three constructions:
 
 - ``looks``: pre-declared looks n_1 < … < n_J = N_max with error spending δ_j, Σ δ_j ≤ δ, and
   Clopper–Pearson at δ_j at each look. By the union bound over looks,
@@ -43,7 +44,7 @@ from safecert.stats.binomial import cp_lower, cp_upper, validate_delta
 from safecert.stats.planning import validate_p_star
 
 PASS, FAIL, INCONCLUSIVE, UNDECIDED = "PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"
-BOUNDARY_METHODS = ("looks", "mixture", "curtail")
+BOUNDARY_METHODS = ("onesided", "looks", "mixture", "curtail")
 SPENDING = ("pi2", "uniform")
 
 
@@ -278,8 +279,8 @@ def mixture_boundaries(
             field="prior",
             fix="use a prior with mean near p*, e.g. the default",
         )
-    pass_max = _bisect_last(hit, np.full(cap, -1, dtype=np.int64), top + 1)
-    fail_min = _bisect_first(hit, bottom - 1, n + 1, n)
+    pass_max = bisect_last(hit, np.full(cap, -1, dtype=np.int64), top + 1)
+    fail_min = bisect_first(hit, bottom - 1, n + 1, n)
     return Boundaries(
         "mixture",
         p_star,
@@ -292,7 +293,7 @@ def mixture_boundaries(
     )
 
 
-def _bisect_last(hit, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def bisect_last(hit, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Vectorised: the last k in (lo, hi) with hit(k), given hit(lo) (or lo = −1) and ¬hit(hi)."""
     while True:
         active = hi - lo > 1
@@ -304,7 +305,7 @@ def _bisect_last(hit, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         hi = np.where(active & ~ok, mid, hi)
 
 
-def _bisect_first(hit, lo: np.ndarray, hi: np.ndarray, n: np.ndarray) -> np.ndarray:
+def bisect_first(hit, lo: np.ndarray, hi: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Vectorised: the first k in (lo, hi) with hit(k), given ¬hit(lo) and hit(hi) (hi = n+1: none)."""
     while True:
         active = hi - lo > 1
@@ -356,7 +357,8 @@ def curtailed_boundaries(p_star: float, delta: float, n_fixed: int) -> Boundarie
 def bounds_at(b: Boundaries, j: int, failures: int) -> tuple[float, float]:
     """The rule's (lower, upper) confidence bounds after ``checks[j]`` episodes.
 
-    looks: Clopper–Pearson at δ_j. mixture: the confidence-sequence interval. curtail: the
+    looks: Clopper–Pearson at δ_j. mixture: the confidence-sequence interval. onesided: the
+    inverted one-sided e-process tests. curtail: the
     fixed-N bounds of the most extreme completions (cp_lower(k_n, N), cp_upper(k_n + N − n, N)),
     which bracket the fixed-N bounds of the real completion and so keep their validity.
     """
@@ -367,6 +369,10 @@ def bounds_at(b: Boundaries, j: int, failures: int) -> tuple[float, float]:
     if b.method == "mixture":
         assert b.prior is not None
         return mixture_bounds(failures, n, b.delta, b.prior)
+    if b.method == "onesided":
+        from safecert.stats.eprocess import onesided_bounds
+
+        return onesided_bounds(failures, n, b.delta)
     assert b.fixed_n is not None
     worst = failures + (b.fixed_n - n)
     return cp_lower(failures, b.fixed_n, b.delta).value, cp_upper(worst, b.fixed_n, b.delta).value

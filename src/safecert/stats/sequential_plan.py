@@ -18,6 +18,7 @@ from scipy.stats import beta, binom
 
 from safecert.errors import ConfigError
 from safecert.stats.betting import BettingRule
+from safecert.stats.eprocess import onesided_boundaries
 from safecert.stats.planning import zero_failure_episodes
 from safecert.stats.sequential import (
     Boundaries,
@@ -27,8 +28,19 @@ from safecert.stats.sequential import (
     mixture_boundaries,
 )
 
-RULES = ("mixture", "looks", "betting", "curtail")
-PLAN_METHODS = ("cp", "hoeffding", "sequential", "looks", "mixture", "betting", "curtail")
+RULES = ("onesided", "mixture", "looks", "betting", "curtail")
+PLAN_METHODS = (
+    "cp",
+    "hoeffding",
+    "sequential",
+    "onesided",
+    "looks",
+    "mixture",
+    "betting",
+    "curtail",
+)
+#: the rule ``--sequential`` uses unless the config names another
+DEFAULT_RULE = "onesided"
 
 
 def make_rule(
@@ -59,6 +71,8 @@ def make_rule(
     if method == "mixture":
         prior = opts.get("prior")
         return mixture_boundaries(p_star, delta, cap, None if prior is None else tuple(prior))
+    if method == "onesided":
+        return onesided_boundaries(p_star, delta, cap)
     if method == "betting":
         return BettingRule(p_star, delta, cap)
     if method == "curtail":
@@ -164,10 +178,10 @@ def compare_methods(
 ) -> list[MethodPlan]:
     """One :class:`MethodPlan` per method at per-cell level δ and true failure rate ``rate``.
 
-    cp and hoeffding are fixed-N plans (closed form / exact search); looks, mixture and curtail
+    cp and hoeffding are fixed-N plans (closed form / exact search); onesided, looks, mixture and curtail
     (the fixed-N cap curtailed) are exact by :func:`operating_characteristics`; betting is
     path-dependent, so it is simulated (``simulations`` runs, ``seed``). "sequential" is the
-    default sequential method (mixture).
+    default sequential method (onesided).
     """
     if not 0.0 <= rate < 1.0:
         raise ConfigError(f"{rate} is outside [0, 1)", field="--expected-rate", fix="e.g. 0.01")
@@ -188,8 +202,8 @@ def compare_methods(
             kmax = math.floor(n * (p_star - radius) + 1e-9)
             prob = float(binom.cdf(kmax, n, rate)) if kmax >= 0 else 0.0
             out.append(MethodPlan("hoeffding", "fixed", n, None, None, prob, "closed form"))
-        elif method in ("sequential", "looks", "mixture", "curtail"):
-            name = "mixture" if method == "sequential" else method
+        elif method in ("sequential", "onesided", "looks", "mixture", "curtail"):
+            name = DEFAULT_RULE if method == "sequential" else method
             rule = make_rule(name, p_star, delta, cap)
             assert isinstance(rule, Boundaries)
             oc = operating_characteristics(rule, rate)

@@ -10,8 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from safecert.document import canonical_json, to_jsonable
-
 #: ``--sign-key KEY``, shared by every command that writes a certificate
 SignKeyOpt = Annotated[
     Path | None,
@@ -27,6 +25,8 @@ err_console = Console(stderr=True)
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as canonical JSON on stdout (nothing else goes to stdout with --json)."""
+    from safecert.document import canonical_json, to_jsonable  # lazy: pydantic is not needed
+
     sys.stdout.write(canonical_json(to_jsonable(data)))
     sys.stdout.flush()
 

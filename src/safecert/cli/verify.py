@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from safecert.certificate import (
-    Evidence,
-    VerificationReport,
-    read_certificate,
-    verify_certificate,
-)
 from safecert.cli.output import console, emit_json, table
+
+if TYPE_CHECKING:
+    from safecert.certificate import VerificationReport
 from safecert.errors import ConfigError
 
 
@@ -57,6 +54,13 @@ def verify(
 
     Example: safecert verify runs/demo/certificate.json --pubkey keys/safecert_ed25519.pub
     """
+    from safecert.certificate import (
+        Evidence,
+        VerificationReport,
+        read_certificate,
+        verify_certificate,
+    )
+
     if resimulate < 0 or resimulate > 1_000_000:
         raise ConfigError(f"{resimulate} is out of range", field="--resimulate", fix="0 … 1000000")
     signature = []

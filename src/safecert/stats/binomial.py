@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scipy.stats import beta
+from scipy.special import betaincinv
 
 from safecert.errors import ConfigError
 
@@ -69,7 +69,7 @@ def cp_upper(failures: int, episodes: int, delta: float) -> BinomialBound:
     if failures == episodes:
         value = 1.0
     else:
-        value = float(beta.ppf(1.0 - delta, failures + 1, episodes - failures))
+        value = float(betaincinv(failures + 1, episodes - failures, 1.0 - delta))
     return BinomialBound(failures, episodes, delta, "upper", value)
 
 
@@ -80,7 +80,7 @@ def cp_lower(failures: int, episodes: int, delta: float) -> BinomialBound:
     if failures == 0:
         value = 0.0
     else:
-        value = float(beta.ppf(delta, failures, episodes - failures + 1))
+        value = float(betaincinv(failures, episodes - failures + 1, delta))
     return BinomialBound(failures, episodes, delta, "lower", value)
 
 

@@ -42,10 +42,13 @@ seed = 3
 max_steps = 200
 batch_size = 8
 [spec]
+cost = 'info.get("cost", 0)'
 budget = 0.0
 p_star = 0.3
 [envelope]
 obs_noise = {{ kind = "gaussian", levels = [0.0, 0.2] }}
+obs_ranges = "estimate"
+reference_policy = "random"
 act_noise = {{ kind = "gaussian", levels = [0.0, 0.3] }}
 """
 

@@ -141,10 +141,13 @@ seed = 0
 max_steps = 200
 batch_size = 16
 [spec]
+cost = 'info.get("cost", 0)'
 budget = 0.0
 p_star = 0.05
 [envelope]
 obs_noise = {{ kind = "gaussian", levels = [0.0, 0.1, 0.2] }}
+obs_ranges = "estimate"
+reference_policy = "random"
 act_noise = {{ kind = "gaussian", levels = [0.0, 0.5, 1.0] }}
 """
 

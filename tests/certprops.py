@@ -13,7 +13,17 @@ from collections.abc import Iterator
 from typing import Any
 
 #: dict-valued fields whose keys are data, not model fields (deleting a key keeps them valid)
-FREE_KEYS = {"parameters", "params", "reasons", "options", "rule", "odd", "allowed", "values"}
+FREE_KEYS = {
+    "parameters",
+    "params",
+    "reasons",
+    "kinds",
+    "options",
+    "rule",
+    "odd",
+    "allowed",
+    "values",
+}
 
 
 def leaves(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:

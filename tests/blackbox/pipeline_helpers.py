@@ -59,10 +59,13 @@ batch_size = {batch_size}
 [spec]
 budget = 0.0
 p_star = 0.3
+cost = 'info.get("cost", 0)'
 [kpis]
 return = {{ lower = 0.0, upper = {max_steps}.0 }}
 [envelope]
 obs_noise = {{ kind = "gaussian", levels = [0.0, 0.2] }}
+obs_ranges = "estimate"
+reference_policy = "random"
 act_noise = {{ kind = "gaussian", levels = [0.0, 0.3] }}
 """
 

@@ -114,6 +114,8 @@ def test_grid_without_nominal_cell_runs_stage1_separately(cli_here, tmp_path):
         env = "CartPole-v1"
         episodes = 5
         max_steps = 50
+        [spec]
+        cost = "0"                    # CartPole has no cost: said explicitly
         [envelope]
         act_noise = { kind = "uniform", levels = [0.1, 0.2] }
         """,

@@ -24,6 +24,8 @@ p_star = 0.5
 dynamics = { mass = [1.0, 1.25] }
 random_dynamics = { levels = [0.0, 0.25] }
 obs_noise = { levels = [0.0, 0.05] }
+obs_ranges = "estimate"
+reference_policy = "random"
 """
 
 POINT = """

@@ -39,11 +39,13 @@ artifacts = ["weights.bin"]
 [spec]
 budget = 0.0
 p_star = 0.3
+cost = 'info.get("cost", 0)'
 [kpis]
 return = {{ lower = 0.0, upper = 60.0 }}
 [envelope]
 act_noise = {{ kind = "gaussian", levels = [0.0, 0.4] }}
 obs_noise = {{ kind = "gaussian", levels = [0.0, 0.3] }}
+obs_ranges = [[-4.8, 4.8], [-4.0, 4.0], [-0.42, 0.42], [-4.0, 4.0]]
 {extra}
 """
 

@@ -47,7 +47,7 @@ def test_hang_times_out_then_recovers():
     with vendor("--hang-after 1", timeout_s=0.5) as oracle:
         oracle.act(OBS)
         start = time.monotonic()
-        with pytest.raises(OracleFailure, match="no reply within 0.5s"):
+        with pytest.raises(OracleFailure, match="no complete reply within 0.5s"):
             oracle.act(OBS)
         assert 0.45 < time.monotonic() - start < 3.0
         assert oracle.act(OBS).shape == (7, 2)  # a fresh process

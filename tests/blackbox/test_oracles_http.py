@@ -88,9 +88,9 @@ def test_always_500_fails_after_retries_with_backoff(server):
 def test_hang_times_out(server):
     o = oracle(f"{server}/hang", timeout_s=0.3, retries=1)
     start = time.monotonic()
-    with pytest.raises(OracleFailure, match=r"timed out after 0.3s \(2 attempts\)"):
+    with pytest.raises(OracleFailure, match=r"no complete reply within 0.3s .*\(1 attempt\)"):
         o.act(OBS)
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 1.3  # the deadline bounds the call, retries included
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,10 @@ episodes = 3
 max_steps = 20
 [spec]
 budget = 1.0
+cost = 'info.get("cost", 0)'
 [envelope]
 obs_noise = { kind = "gaussian", levels = [0.0, 0.1] }
+obs_ranges = [[-4.8, 4.8], [-4.0, 4.0], [-0.42, 0.42], [-4.0, 4.0]]
 """
 
 CASES = {

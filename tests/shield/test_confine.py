@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from safecert.shield.confine import MAX_PATH_CHARS, PathRefused, confine, nofollow_opener
+from safecert.shield.confine import MAX_PATH_CHARS, Jail, PathRefused, confine
 
 
 @pytest.fixture
@@ -40,8 +40,23 @@ def test_inside_paths_resolve_and_within_narrows(tree):
         confine(tree, "../x", base=tree / "prod", within=tree / "prod")
 
 
-def test_nofollow_opener_refuses_a_planted_link(tree):
-    with pytest.raises(OSError):
-        open(tree / "prod" / "out.log", "rb", opener=nofollow_opener(os.O_RDONLY))  # noqa: SIM115
-    with open(tree / "prod" / "a.log", "rb", opener=nofollow_opener(os.O_RDONLY)) as fh:
-        assert fh.read() == b"x"
+def test_jail_refuses_links_at_every_component_and_hard_links(tree, tmp_path):
+    jail = Jail(tree)
+    try:
+        assert jail.read(("prod", "a.log"), 10) == b"x"
+        for parts in (("prod", "out.log"), ("link", "secret")):  # leaf link, folder link
+            with pytest.raises(PathRefused):
+                jail.read(parts, 10)
+            with pytest.raises(PathRefused):
+                jail.write(parts, b"pwned")
+        os.link(tmp_path / "secret", tree / "prod" / "hard.log")
+        with pytest.raises(PathRefused, match="hard link"):
+            jail.write(("prod", "hard.log"), b"pwned")
+        with pytest.raises(PathRefused):
+            jail.unlink(("prod", "hard.log"))
+        jail.set_tree_mode(("prod",), writable=False)  # skips the link and the hard link
+        assert (tmp_path / "secret").read_text() == "s"
+        assert (tmp_path / "secret").stat().st_mode & 0o777 != 0o444
+        jail.set_tree_mode(("prod",), writable=True)
+    finally:
+        jail.close()

@@ -1,4 +1,5 @@
-"""The boolean expression parser: Python's semantics on well-formed input, ConfigError otherwise."""
+"""The labels dialect of the shared expression language (the shield's unsafe/goal sets): Python's
+semantics on well-formed input, ConfigError otherwise."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safecert.errors import ConfigError
-from safecert.shield.expressions import MAX_DEPTH, eval_expression
+from safecert.expressions import MAX_DEPTH
+from safecert.expressions import eval_labels as eval_expression
 
 NAMES = ["p", "q", "r", "s_1", "in.prod"]
 PY = {"p": "p", "q": "q", "r": "r", "s_1": "s_1", "in.prod": "in_prod"}

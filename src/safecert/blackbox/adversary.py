@@ -19,6 +19,7 @@ Ties go to the first candidate. ``applied`` counts perturbed steps, ``last`` is 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from safecert.blackbox.envelope import SeededWrapper, _check_level, box_range
+from safecert.blackbox.envelope import SeededWrapper, _check_level, action_ranges
+from safecert.blackbox.spec import EpisodeSpec, step_scope
 from safecert.errors import ConfigError
+from safecert.expressions import EvalError
 
 
 def corner_signs(rng: np.random.Generator, dim: int, candidates: int) -> np.ndarray:
@@ -75,6 +78,7 @@ class ObservationAdversary(SeededWrapper):
         best = int(np.argmax(damage))
         self.applied += 1
         self.last = deltas[best]
+        self.true_obs = obs
         return obs + deltas[best]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -93,7 +97,7 @@ class _Snapshot:
         self.base = base
         self.mujoco = hasattr(base, "data") and hasattr(base, "set_state")
 
-    def try_step(self, action: np.ndarray) -> tuple[float, dict]:
+    def try_step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict]:
         if self.mujoco:
             data = self.base.data
             saved = (
@@ -103,23 +107,32 @@ class _Snapshot:
                 float(data.time),
                 data.qacc_warmstart.copy(),
             )
-            _, reward, _, _, info = self.base.step(action)
+            obs, reward, terminated, truncated, info = self.base.step(action)
             data.act[:] = saved[2]
             data.qacc_warmstart[:] = saved[4]
             self.base.set_state(saved[0], saved[1])
             data.time = saved[3]
-            return float(reward), info
-        _, reward, _, _, info = copy.deepcopy(self.base).step(action)
-        return float(reward), info
+            return obs, float(reward), terminated, truncated, info
+        obs, reward, terminated, truncated, info = copy.deepcopy(self.base).step(action)
+        return obs, float(reward), terminated, truncated, info
 
 
 class ActionAdversary(SeededWrapper):
-    """L∞ adversary on actions, bounded by ``level``·Δ_a, damage = one-step ``cost − reward``."""
+    """L∞ adversary on actions, bounded by ``level``·Δ_a, damage = one-step ``cost − reward``.
+
+    The cost is the run's ``spec.cost`` on the candidate step (``spec``; a candidate whose cost
+    cannot be evaluated scores as the worst, +inf); without a spec, damage is ``−reward``.
+    Δ_a is ``ranges`` when declared, else the Box's high − low."""
 
     tag = 6
 
     def __init__(
-        self, env: gym.Env, level: float, candidates: int = 8, cost_key: str = "cost"
+        self,
+        env: gym.Env,
+        level: float,
+        candidates: int = 8,
+        spec: EpisodeSpec | None = None,
+        ranges: np.ndarray | None = None,
     ) -> None:
         super().__init__(env)
         self.level = _check_level(level, "envelope.act_noise.levels")
@@ -129,9 +142,9 @@ class ActionAdversary(SeededWrapper):
                 field="envelope.act_noise.kind",
                 fix="use gaussian/uniform (random action)",
             )
-        self.ranges = box_range(env.action_space, "envelope.act_noise")
+        self.ranges = action_ranges(env.action_space, ranges, "envelope.act_noise")
         self.candidates = int(candidates)
-        self.cost_key = cost_key
+        self.cost_spec = spec
         self.lookahead = _Snapshot(env.unwrapped)
         self.simulations = 0
 
@@ -143,11 +156,21 @@ class ActionAdversary(SeededWrapper):
             cands = np.clip(action[None] + self.level * self.ranges * signs, space.low, space.high)
             damage = []
             for cand in cands:
-                reward, info = self.lookahead.try_step(cand)
-                damage.append(float(info.get(self.cost_key, 0.0)) - reward)
+                obs, reward, terminated, truncated, info = self.lookahead.try_step(cand)
+                damage.append(self._cost(obs, cand, reward, info, terminated, truncated) - reward)
             self.simulations += len(cands)
             chosen = cands[int(np.argmax(damage))]
             self.applied += 1
             self.last = chosen - action
             action = chosen
         return self.env.step(action)
+
+    def _cost(
+        self, obs: Any, action: Any, reward: float, info: dict, term: bool, trunc: bool
+    ) -> float:
+        if self.cost_spec is None:
+            return 0.0
+        try:
+            return self.cost_spec.step_cost(step_scope(obs, action, reward, info, term, trunc, 0))
+        except EvalError:
+            return math.inf

@@ -9,9 +9,10 @@ and yields records in completion order. BB-seq's Ray backend implements the same
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing as mp
+import multiprocessing.util as mp_util
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from safecert import procs
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import OracleSpec, make_oracle
@@ -85,12 +87,31 @@ class Worker:
 
 
 _WORKER: Worker | None = None
+ABORT_WAIT_S = 5.0
 
 
-def _init_worker(ctx: RunContext) -> None:
+def _init_worker(ctx: RunContext, owner: int) -> None:
+    """Pool-worker start-up: die with the process that owns the pool (``owner``) and with the
+    forkserver, adopt the vendors' orphans, and close the worker (its vendors with it) when the
+    process exits.
+
+    ``multiprocessing`` ends workers with ``os._exit``, which skips :mod:`atexit`; its own exit
+    hook runs :class:`multiprocessing.util.Finalize` callbacks, so the worker is closed there."""
     global _WORKER
+    procs.die_with_parent()
+    procs.become_subreaper()
     _WORKER = Worker(ctx)
-    atexit.register(_WORKER.close)
+    mp_util.Finalize(None, _WORKER.close, exitpriority=10)
+    signal.signal(signal.SIGTERM, _stop_worker)
+    procs.exit_with(owner, _WORKER.close)
+
+
+def _stop_worker(signum: int, frame: object) -> None:
+    """SIGTERM from :meth:`LocalBackend.close` (an interrupted run): close the worker's vendors,
+    then leave at once (the chunk in progress is abandoned; its records were never yielded)."""
+    if _WORKER is not None:
+        _WORKER.close()
+    os._exit(128 + signum)
 
 
 def _run_chunk(jobs: list[EpisodeJob]) -> list[EpisodeRecord]:
@@ -108,7 +129,11 @@ def chunked(jobs: Sequence[EpisodeJob], size: int) -> list[list[EpisodeJob]]:
 
 
 class LocalBackend:
-    """Process-pool backend on this machine; ``workers`` defaults to ``os.cpu_count()``.
+    """Process-pool backend on this machine.
+
+    ``workers``: the number of processes; ``None`` takes the run config's ``workers`` when the
+    first :meth:`run` sees it, else ``os.cpu_count()`` (so ``--workers`` overrides the config,
+    which overrides the machine's core count).
 
     The pool (or, with ``workers = 1``, the in-process :class:`Worker`) is opened lazily on the
     first :meth:`run` and kept open across calls for the same :class:`RunContext` — a sequential
@@ -123,6 +148,7 @@ class LocalBackend:
     """
 
     def __init__(self, workers: int | None = None, chunk_episodes: int | None = None) -> None:
+        self.requested = workers
         self.workers = workers or os.cpu_count() or 1
         self.chunk_episodes = chunk_episodes
         self._ctx: RunContext | None = None
@@ -139,6 +165,7 @@ class LocalBackend:
         if self._ctx is not None and self._ctx == ctx:
             return
         self.close()
+        self.workers = self.requested or ctx.config.workers or os.cpu_count() or 1
         if self.workers == 1:
             self._worker = Worker(ctx)
         else:
@@ -146,7 +173,10 @@ class LocalBackend:
             mp_ctx.set_forkserver_preload(["safecert.blackbox.rollout", "safecert.envs"])
             # processes start on demand, so a run with fewer chunks than workers starts fewer
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=mp_ctx, initializer=_init_worker, initargs=(ctx,)
+                self.workers,
+                mp_context=mp_ctx,
+                initializer=_init_worker,
+                initargs=(ctx, os.getpid()),
             )
         self._ctx = ctx
 
@@ -166,7 +196,7 @@ class LocalBackend:
             finished = True
         finally:
             if not finished:
-                self.close()
+                self.close(abort=True)
 
     def _run_pool(self, chunks: list[list[EpisodeJob]]) -> Iterator[EpisodeRecord]:
         assert self._pool is not None
@@ -185,11 +215,29 @@ class LocalBackend:
                 if nxt is not None:
                     pending.add(pool.submit(_run_chunk, nxt))
 
-    def close(self) -> None:
-        """Close the in-process worker or shut the pool down (idempotent)."""
+    def close(self, *, abort: bool = False) -> None:
+        """Close the in-process worker or shut the pool down (idempotent).
+
+        ``abort`` (a run that stopped early: an error, Ctrl-C, a consumer that stopped iterating)
+        does not wait for the chunks in progress: each worker gets ``SIGTERM``, closes its
+        vendors and exits; one that has not exited after :data:`ABORT_WAIT_S` is killed."""
         worker, pool = self._worker, self._pool
         self._worker, self._pool, self._ctx = None, None, None
         if worker is not None:
             worker.close()
-        if pool is not None:
+        if pool is None:
+            return
+        if not abort:
             pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # the pool's processes (a private attribute; absent, the plain shutdown below still ends
+        # them once their chunks finish)
+        workers = list(getattr(pool, "_processes", {}).values())
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            proc.join(ABORT_WAIT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        pool.shutdown(wait=True, cancel_futures=True)

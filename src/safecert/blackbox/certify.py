@@ -8,9 +8,11 @@ rejudging and replay reuse them):
    one (the paper's layout: stage 1 is the (0, 0) cell, judged at δ/M with M = grid cells), else a
    separate nominal cell that joins the family (M = cells + 1).
 2. :func:`open_store` — ``DIR/episodes.sqlite``; ``resume`` continues a run of the same config.
-3. :func:`make_context` — probe the oracle once on a real initial observation (a wrong URL or a
-   model of the wrong input size is one error before any episode),
-   estimate the ranges of unbounded observation dimensions when observation noise needs them.
+3. :func:`make_context` — probe the oracle once on a real initial observation (a wrong URL, a
+   model of the wrong input size, a reply of the wrong type or shape for the action space is one
+   error before any episode), play one nominal episode with the spec evaluated strictly (a cost or
+   goal key the environment does not provide is one error), fix the observation ranges
+   (:mod:`safecert.blackbox.preflight`).
 4. :func:`run_jobs` — every (cell, index) not yet stored, stage 1 first; records are committed per
    finished chunk, with a progress bar on stderr.
 5. :func:`finish` — judge (:mod:`safecert.blackbox.judge`), write ``certificate.json`` and the
@@ -38,7 +40,15 @@ from safecert.blackbox.grid import NOMINAL, Family, axes
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, make_jobs
 from safecert.blackbox.judge import judge_run
 from safecert.blackbox.oracles import OracleSpec, make_oracle, parse_oracle_spec
-from safecert.blackbox.result import Axis, BlackboxResult, ObsRanges, OracleFailures, Rejudged
+from safecert.blackbox.result import (
+    Axis,
+    BlackboxResult,
+    FailureKind,
+    ObsRanges,
+    OracleFailures,
+    Rejudged,
+)
+from safecert.blackbox.spec import cost_expression, goal_expression
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import BlackboxCertificate, make_certificate, write_certificate
 from safecert.document import FileDigest, Inputs, file_digest
@@ -57,6 +67,7 @@ class RunPlan:
     cost_range: tuple[float, float] | None
     return_range: tuple[float, float] | None
     inputs: tuple[FileDigest, ...]
+    reference: OracleSpec | None = None
 
     @property
     def cells(self) -> tuple[dict[str, Any], ...]:
@@ -97,10 +108,19 @@ def plan_run(config_path: Path) -> RunPlan:
 
     env = make_base_env(config, base_dir)
     limit = config.max_steps or (env.spec.max_episode_steps if env.spec else None)
-    obs_shape = env.observation_space.shape
+    obs_space = env.observation_space
+    obs_shape = obs_space.shape
     env.close()
     family = Family.of(config.envelope, config.spec.confidence)
     _check_cells(config, base_dir, list(family.grid), obs_shape)
+    needs_ranges = any(c.get("obs_noise", 0.0) > 0 for c in family.cells)
+    if isinstance(config.envelope.obs_ranges, list) or (
+        needs_ranges and config.envelope.obs_ranges is None
+    ):
+        from safecert.blackbox.ranges import fixed_ranges
+
+        fixed_ranges(config, obs_space)
+    reference = reference_spec(config, base_dir)
     cost_range, return_range = kpi_ranges(config, limit)
     return RunPlan(
         Path(config_path).resolve(),
@@ -110,8 +130,26 @@ def plan_run(config_path: Path) -> RunPlan:
         family,
         cost_range,
         return_range,
-        input_digests(Path(config_path), config, base_dir, oracle),
+        input_digests(Path(config_path), config, base_dir, oracle, reference),
+        reference,
     )
+
+
+def reference_spec(config: RunConfig, base_dir: Path) -> OracleSpec | None:
+    """The oracle of ``envelope.reference_policy`` (None for ``"random"`` or when unset); the
+    policy under test cannot be its own reference."""
+    from safecert.blackbox.ranges import RANDOM_REFERENCE
+
+    name = config.envelope.reference_policy
+    if name is None or name == RANDOM_REFERENCE:
+        return None
+    if name.strip() == config.policy.strip():
+        raise ConfigError(
+            "is the policy under test: its ranges would scale its own noise",
+            field="envelope.reference_policy",
+            fix='name a fixed reference policy (e.g. "random") shared by every vendor you compare',
+        )
+    return parse_oracle_spec(name, base_dir=base_dir, timeout_s=config.timeout_s)
 
 
 def kpi_ranges(
@@ -144,12 +182,17 @@ def episode_limit(config: RunConfig, base_dir: Path) -> int | None:
 
 
 def input_digests(
-    config_path: Path, config: RunConfig, base_dir: Path, oracle: OracleSpec
+    config_path: Path,
+    config: RunConfig,
+    base_dir: Path,
+    oracle: OracleSpec,
+    reference: OracleSpec | None = None,
 ) -> tuple[FileDigest, ...]:
     """Digests of every file the run's outcome depends on: the config, the policy's artifacts
-    (an ONNX file; an ``exec:`` program, script and every argument naming a file; a ``python:``
-    policy's module), the config's ``artifacts`` (what a wrapper loads) and a ``python:`` env
-    factory's module. Paths are recorded relative to the config's folder."""
+    (an ONNX, SB3 or TorchScript file; an ``exec:`` program, script and every argument naming a
+    file; a ``python:`` policy's module), the reference policy's artifacts (role ``reference``),
+    the config's ``artifacts`` (what a wrapper loads) and a ``python:`` env factory's module.
+    Paths are recorded relative to the config's folder."""
     found: dict[str, FileDigest] = {}
 
     def add(role: str, path: Path) -> None:
@@ -160,6 +203,8 @@ def input_digests(
     add("config", Path(config_path))
     for artifact in oracle.artifacts:
         add("policy", Path(artifact))
+    for artifact in reference.artifacts if reference is not None else ():
+        add("reference", Path(artifact))
     for i, name in enumerate(config.artifacts):
         path = Path(name).expanduser()
         path = path if path.is_absolute() else base_dir / path
@@ -245,20 +290,21 @@ def _changed_inputs(previous: list[dict[str, Any]], now: Sequence[FileDigest]) -
 
 
 def make_context(plan: RunPlan, store: EpisodeStore) -> RunContext:
-    """Probe the oracle and fix the observation ranges (estimated once, kept in the store)."""
-    from safecert.blackbox.rollout import make_base_env
+    """Check the policy and the spec on the real environment, then fix the observation ranges.
 
-    env = make_base_env(plan.config, plan.base_dir)
-    sample, _ = env.reset(seed=plan.config.seed)
-    env.close()
+    Before any stored episode: one call on a real first observation whose reply must have the
+    action space's type and shape (else one OracleError line); then one nominal episode played
+    with the spec evaluated strictly, so a cost or goal that reads a key or index the environment
+    does not provide is one ConfigError line naming it (the episode is not stored). Ranges
+    (:mod:`safecert.blackbox.ranges`) are computed once and kept in the store."""
+    from safecert.blackbox.preflight import check_policy_and_spec, compute_ranges
+
     oracle = make_oracle(plan.oracle)
     try:
-        oracle.probe(np.asarray(sample, dtype=np.float64)[None])
+        check_policy_and_spec(plan, oracle)
         ranges = store.get_meta("obs_ranges")
         if ranges is None and plan.needs_obs_ranges:
-            from safecert.blackbox.ranges import estimate_ranges
-
-            ranges = estimate_ranges(plan.config, plan.base_dir, oracle.act)
+            ranges = compute_ranges(plan)
             store.set_meta("obs_ranges", ranges)
     finally:
         oracle.close()
@@ -304,11 +350,20 @@ def records_by_cell(records: Iterable[EpisodeRecord]) -> dict[int, list[EpisodeR
 
 
 def oracle_failures(records: Sequence[EpisodeRecord]) -> OracleFailures:
-    reasons: dict[str, int] = {}
+    """Failure reasons grouped by kind (:func:`safecert.blackbox.rollout.failure_kind`), each
+    with its count and its first reason as an example — not one entry per distinct value."""
+    from safecert.blackbox.rollout import failure_kind
+
+    kinds: dict[str, FailureKind] = {}
     for r in records:
         if r.failure_reason is not None:
-            reasons[r.failure_reason] = reasons.get(r.failure_reason, 0) + 1
-    return OracleFailures(total=sum(reasons.values()), reasons=reasons)
+            kind = failure_kind(r.failure_reason)
+            seen = kinds.get(kind)
+            kinds[kind] = FailureKind(
+                count=1 if seen is None else seen.count + 1,
+                example=r.failure_reason if seen is None else seen.example,
+            )
+    return OracleFailures(total=sum(k.count for k in kinds.values()), kinds=kinds)
 
 
 VERDICT_RULE = "PASS iff the stage-1 nominal cell and every grid cell pass"
@@ -349,6 +404,9 @@ def blackbox_result(
         axes=[Axis(name=a.name, levels=list(a.levels)) for a in axes(config.envelope)],
         goal=spec.goal,
         cost_key=spec.cost,
+        goal_expression=goal_expression(spec.goal),
+        cost_expression=cost_expression(spec.cost),
+        action_out_of_space=spec.action_out_of_space,
         cost_range=None if cost_range is None else list(cost_range),
         return_range=None if return_range is None else list(return_range),
         obs_ranges=None if obs_ranges is None else ObsRanges(**obs_ranges),
@@ -440,7 +498,6 @@ def replay(config_path: Path, cell: int, index: int) -> EpisodeRecord:
     """Rerun episode ``index`` of ``cell`` in this process (same seed, same outcome)."""
     from safecert.blackbox.backends import Worker
     from safecert.blackbox.jobs import episode_seed
-    from safecert.blackbox.ranges import estimate_ranges
 
     plan = plan_run(config_path)
     if not 0 <= cell < len(plan.cells) or not 0 <= index < plan.config.episodes:
@@ -449,13 +506,9 @@ def replay(config_path: Path, cell: int, index: int) -> EpisodeRecord:
             f"{plan.config.episodes} episodes)",
             field="--replay",
         )
-    ranges = None
-    if plan.needs_obs_ranges:
-        oracle = make_oracle(plan.oracle)
-        try:
-            ranges = tuple(estimate_ranges(plan.config, plan.base_dir, oracle.act)["range"])
-        finally:
-            oracle.close()
+    from safecert.blackbox.preflight import compute_ranges
+
+    ranges = tuple(compute_ranges(plan)["range"]) if plan.needs_obs_ranges else None
     config = plan.config.model_copy(update={"batch_size": 1})
     worker = Worker(RunContext(config, str(plan.base_dir), plan.cells, ranges, plan.oracle))
     try:

@@ -3,13 +3,14 @@
 
 Checks, each reported separately (a failing one names both values):
 
-1. **inputs** — every input file (config, policy artifacts, wrapper artifacts, env module) is
+1. **inputs** — every input file (and the reference policy's files) (config, policy artifacts, wrapper artifacts, env module) is
    re-hashed; the config file, parsed again, gives exactly ``parameters`` (for a re-judged
    certificate: up to the new budget and p*, and the original ones equal ``result.rejudged``);
 2. **evidence** — the store's canonical rows digest equals ``inputs.evidence``; every record's seed
    is the one derived from ``parameters.seed``; the cells in the store are exactly the family's
    (rebuilt from ``parameters.envelope``: no dropped, no extra cell) and each holds exactly
-   episodes ``0 … N-1`` (sequential: a subset of ``0 … cap-1``);
+   episodes ``0 … N-1`` (sequential: a subset of ``0 … cap-1``); declared and space observation
+   ranges are recomputed from the config and the environment;
 3. **judgement** — the whole result (family size, δ', every count, bound, decision, KPI, ODD
    entry; sequential stopping decisions) is rebuilt by the same builder certify used and compared
    field by field, with the verdict; independently, each fixed-N Clopper–Pearson bound is recomputed
@@ -76,6 +77,7 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         records = store.records()
         if not _check_coverage(cert, config, family, records, report):
             return report
+        _check_fixed_ranges(config, family, root, store.get_meta("obs_ranges"), report)
         limit = episode_limit(config, root) if config.kpis.cost is None else None
         cost_range, return_range = kpi_ranges(config, limit)
         if isinstance(cert, SequentialCertificate):
@@ -102,6 +104,31 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         if evidence.resimulate > 0:
             _resimulate(cert, config, family, root, store, evidence.resimulate, report)
     return report
+
+
+def _check_fixed_ranges(
+    config: RunConfig, family: Family, root: Path, stored: dict | None, report: VerificationReport
+) -> None:
+    """Declared and space observation ranges are recomputed from the config and the environment
+    (estimated ones come from the reference policy's rollouts and are covered by the store's
+    digest); a run that needed no ranges must have stored none."""
+    from safecert.blackbox.ranges import fixed_ranges
+    from safecert.blackbox.rollout import make_base_env
+
+    needed = any(c.get("obs_noise", 0.0) > 0 for c in family.cells)
+    if not needed or config.envelope.obs_ranges == "estimate":
+        report.add(
+            "observation ranges: none needed" if not needed else "observation ranges: estimated",
+            stored is None if not needed else (stored or {}).get("source") == "estimated",
+            f"stored: {None if stored is None else stored.get('source')}",
+        )
+        return
+    env = make_base_env(config, root)
+    try:
+        fresh = fixed_ranges(config, env.observation_space)
+    finally:
+        env.close()
+    report.equal(f"observation ranges ({fresh['source']}), recomputed", fresh, stored)
 
 
 def _check_config_file(

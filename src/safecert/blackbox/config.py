@@ -4,14 +4,17 @@ Exactly the documented keys plus these documented additions (docs/blackbox.md):
 
 - top level: ``batch_size`` (env copies stepped in lockstep per worker, one oracle call per step),
   ``workers`` (default: ``os.cpu_count()``), ``env_kwargs``, ``headers``, ``timeout_s``,
-  ``retries``, ``batched``, ``range_episodes`` (nominal rollouts used to estimate the range of
-  unbounded observation dimensions), ``artifacts`` (files the policy loads that the policy string
+  ``retries``, ``batched``, ``range_episodes`` (rollouts of the reference policy used to estimate
+  unbounded observation ranges when ``envelope.obs_ranges = "estimate"``), ``artifacts`` (files the policy loads that the policy string
   does not name, e.g. the ``ppo.zip`` a Python wrapper opens: hashed into the certificate);
 - ``[spec] max_step_cost``: the largest cost of one step, so that the cost range of the Hoeffding
   UCB can be derived as ``[0, max_steps * max_step_cost]`` when ``[kpis] cost`` is not declared;
+  ``[spec] action_out_of_space``: ``"fail"`` (default) or ``"clip"``, one rule for every cell;
+  ``cost``/``goal`` are expressions (:mod:`safecert.blackbox.spec`);
 - ``[kpis]``: ``return``, ``cost`` and ``steps`` may be declared (each ``{lower, upper}``);
 - ``[envelope]``: ``obs_noise``/``act_noise`` (kind gaussian | uniform | linf), ``delay``,
-  ``dynamics`` (``mass``/``friction``/``damping`` scale lists), ``random_dynamics``, ``layout``;
+  ``dynamics`` (``mass``/``friction``/``damping`` scale lists), ``random_dynamics``, ``layout``,
+  and the ranges Δ: ``obs_ranges``, ``act_ranges``, ``reference_policy``;
 - ``[adversary]``: the query budget of the L∞ adversary (``candidates`` per step).
 
 Every model forbids unknown keys, so a misspelt key is one ConfigError line naming it.
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -39,7 +41,8 @@ Level = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class Spec(BaseModel):
-    """What a failure is and what must be certified."""
+    """What a failure is and what must be certified (``cost`` and ``goal`` are expressions of
+    :mod:`safecert.blackbox.spec`, validated here so a malformed one is one line at load)."""
 
     model_config = _STRICT
     budget: float = Field(100.0, ge=0.0)
@@ -48,11 +51,14 @@ class Spec(BaseModel):
     goal: str = "no_termination"
     cost: str = "info:cost"
     max_step_cost: float = Field(1.0, gt=0.0)
+    action_out_of_space: Literal["fail", "clip"] = "fail"
 
     @field_validator("goal")
     @classmethod
     def _goal(cls, value: str) -> str:
-        match = _RETURN_GOAL.fullmatch(value)
+        from safecert.blackbox.spec import EPISODE_NAMES, RETURN_GOAL, goal_expression
+
+        match = RETURN_GOAL.fullmatch(value)
         if match:
             try:
                 threshold = float(match.group(1))
@@ -60,25 +66,34 @@ class Spec(BaseModel):
                 raise ValueError(f"{match.group(1)!r} in 'return>=X' is not a number") from None
             if not math.isfinite(threshold):
                 raise ValueError("the return threshold must be finite")
-            return value
-        if value == "no_termination" or value.startswith("info:"):
-            return value
-        raise ValueError("goal must be 'no_termination', 'info:KEY' or 'return>=X'")
+        _check_expression(goal_expression, value, "spec.goal", EPISODE_NAMES)
+        return value
 
     @field_validator("cost")
     @classmethod
     def _cost(cls, value: str) -> str:
-        if value.startswith("info:") and len(value) > 5:
-            return value
-        raise ValueError("cost must be 'info:KEY'")
+        from safecert.blackbox.spec import STEP_NAMES, cost_expression
+
+        _check_expression(cost_expression, value, "spec.cost", STEP_NAMES)
+        return value
 
     @property
     def return_threshold(self) -> float | None:
-        match = _RETURN_GOAL.fullmatch(self.goal)
+        from safecert.blackbox.spec import RETURN_GOAL
+
+        match = RETURN_GOAL.fullmatch(self.goal)
         return float(match.group(1)) if match else None
 
 
-_RETURN_GOAL = re.compile(r"return\s*>=\s*([-+0-9.eE]+)")
+def _check_expression(expand: Any, value: str, field: str, names: tuple[str, ...]) -> None:
+    """Parse ``value`` (after shorthand expansion); its ConfigError becomes a ValueError so that
+    pydantic reports it on the field."""
+    from safecert.expressions import parse
+
+    try:
+        parse(expand(value), field, names=names)
+    except ConfigError as exc:
+        raise ValueError(str(exc).removeprefix(f"{field}: ")) from None
 
 
 class KpiRange(BaseModel):
@@ -141,7 +156,26 @@ class LayoutAxis(BaseModel):
     levels: list[bool] = Field(min_length=1)
 
 
+Bounds = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+def _check_bounds(value: list[list[float]] | None, field: str) -> None:
+    for i, (lo, hi) in enumerate(value or ()):
+        if not lo < hi:
+            raise ValueError(f"[{lo}, {hi}] at {field}[{i}]: lo must be smaller than hi")
+
+
 class Envelope(BaseModel):
+    """The grid's axes, and the ranges Δ its noise levels are fractions of.
+
+    ``obs_ranges``: ``[[lo, hi], …]`` (one pair per observation dimension, flattened) fixes Δ_s
+    for every dimension; ``"estimate"`` estimates unbounded dimensions from ``range_episodes``
+    nominal rollouts of ``reference_policy`` (never the policy under test), flagged in the
+    certificate; unset, the observation space's own bounds are used and an unbounded dimension
+    under observation noise is an error. ``act_ranges`` does the same for the action space
+    (declared only).
+    """
+
     model_config = _STRICT
     obs_noise: NoiseAxis | None = None
     act_noise: NoiseAxis | None = None
@@ -149,6 +183,35 @@ class Envelope(BaseModel):
     dynamics: DynamicsAxis | None = None
     random_dynamics: LevelAxis | None = None
     layout: LayoutAxis | None = None
+    obs_ranges: Literal["estimate"] | list[Bounds] | None = Field(None, min_length=1)
+    act_ranges: list[Bounds] | None = Field(None, min_length=1)
+    reference_policy: str | None = Field(None, min_length=1)
+
+    @field_validator("obs_ranges", "act_ranges", mode="before")
+    @classmethod
+    def _shape(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "estimate":
+            raise ValueError('must be [[lo, hi], ...] or "estimate"')
+        if isinstance(value, list) and not all(
+            isinstance(pair, list) and len(pair) == 2 for pair in value
+        ):
+            raise ValueError("must be a list of [lo, hi] pairs, one per dimension")
+        return value
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Envelope:
+        if isinstance(self.obs_ranges, list):
+            _check_bounds(self.obs_ranges, "obs_ranges")
+        _check_bounds(self.act_ranges, "act_ranges")
+        if self.obs_ranges == "estimate" and self.reference_policy is None:
+            raise ValueError(
+                'obs_ranges = "estimate" needs reference_policy (the fixed policy whose '
+                "rollouts estimate the ranges, never the one under test), e.g. "
+                'reference_policy = "random"'
+            )
+        if self.reference_policy is not None and self.obs_ranges != "estimate":
+            raise ValueError('reference_policy is only used with obs_ranges = "estimate"')
+        return self
 
 
 class Adversary(BaseModel):

@@ -9,8 +9,10 @@
 - :class:`LayoutRandomization` — a fresh layout at every reset (tasks with ``randomize_layout``);
 - the bounded black-box L∞ adversaries live in :mod:`safecert.blackbox.adversary`.
 
-Δ is the per-dimension range (high − low) of the space; unbounded observation dimensions take a
-range estimated from nominal rollouts (:mod:`safecert.blackbox.ranges`). Each wrapper draws its
+Δ is the per-dimension range: declared in ``[envelope]`` (``obs_ranges``, ``act_ranges``), else
+high − low of the space; unbounded observation dimensions may be estimated from a named reference
+policy's rollouts when asked for (:mod:`safecert.blackbox.ranges`). ``ObservationNoise`` keeps the
+unperturbed observation in ``true_obs``: the spec judges the world, not what the policy saw. Each wrapper draws its
 randomness from its own ``numpy`` Generator, re-seeded at ``reset(seed=s)`` from
 ``SeedSequence(s, spawn_key=(tag,))``, so an episode's noise depends only on its seed. Each records
 what it changed (``applied``: how many perturbations; ``last``: the last one) so tests can prove
@@ -51,7 +53,7 @@ def box_range(space: gym.Space, field: str) -> np.ndarray:
         raise ConfigError(
             "the space has unbounded dimensions",
             field=field,
-            fix="declare bounds or let safecert estimate observation ranges",
+            fix="declare the ranges in [envelope] (obs_ranges / act_ranges = [[lo, hi], ...])",
         )
     return span
 
@@ -109,7 +111,8 @@ class ObservationNoise(SeededWrapper):
         noise = self.level * self.ranges * draw(self.rng, self.kind, self.ranges.shape)
         self.applied += 1
         self.last = noise
-        return np.asarray(obs, dtype=float) + noise
+        self.true_obs = np.asarray(obs, dtype=float)
+        return self.true_obs + noise
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = super().reset(seed=seed, options=options)
@@ -121,11 +124,19 @@ class ObservationNoise(SeededWrapper):
 
 
 class ActionNoise(SeededWrapper):
-    """Actuation noise ã = clip(a + level·Δ_a ⊙ ξ); Discrete: random action w.p. ``level``."""
+    """Actuation noise ã = clip(a + level·Δ_a ⊙ ξ); Discrete: random action w.p. ``level``.
+
+    Δ_a is ``ranges`` when given (declared ``envelope.act_ranges``), else the Box's high − low."""
 
     tag = 2
 
-    def __init__(self, env: gym.Env, level: float, kind: NoiseKind = "gaussian") -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        level: float,
+        kind: NoiseKind = "gaussian",
+        ranges: np.ndarray | None = None,
+    ) -> None:
         super().__init__(env)
         self.level = _check_level(level, "envelope.act_noise.levels")
         self.kind = kind
@@ -133,7 +144,7 @@ class ActionNoise(SeededWrapper):
         if isinstance(space, spaces.Discrete):
             self.ranges = None
         else:
-            self.ranges = box_range(space, "envelope.act_noise")
+            self.ranges = action_ranges(space, ranges, "envelope.act_noise")
             draw(self.rng, kind, (1,))
 
     def step(self, action):
@@ -150,6 +161,19 @@ class ActionNoise(SeededWrapper):
             self.last = noise
             action = np.clip(np.asarray(action, dtype=float) + noise, space.low, space.high)
         return self.env.step(action)
+
+
+def action_ranges(space: gym.Space, declared: np.ndarray | None, field: str) -> np.ndarray:
+    """Δ_a: the declared ranges when given (their shape must be the Box's), else high − low."""
+    if declared is None:
+        return box_range(space, field)
+    declared = np.asarray(declared, dtype=float)
+    if not isinstance(space, spaces.Box) or declared.shape != space.shape:
+        raise ConfigError(
+            f"declared ranges of shape {declared.shape} do not match {space}",
+            field="envelope.act_ranges",
+        )
+    return declared
 
 
 def noop_action(space: gym.Space) -> Any:

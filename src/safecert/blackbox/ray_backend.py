@@ -19,15 +19,18 @@ import os
 import socket
 from collections.abc import Iterator, Sequence
 
+from safecert import procs
 from safecert.blackbox.backends import RunContext, Worker, chunked
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.errors import ConfigError, SafecertError
 
 
 class _ActorWorker:
-    """Body of a Ray actor: one Worker, reused across chunks."""
+    """Body of a Ray actor: one Worker, reused across chunks. The actor adopts the orphans of
+    its vendors (:func:`safecert.procs.become_subreaper`) so closing the worker reaps them."""
 
     def __init__(self, ctx: RunContext) -> None:
+        procs.become_subreaper()
         self.worker = Worker(ctx)
 
     def run(self, jobs: list[EpisodeJob]) -> list[EpisodeRecord]:

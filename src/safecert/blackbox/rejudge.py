@@ -9,6 +9,7 @@ verdict are recomputed from ``episodes.sqlite`` with the same code as the origin
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from safecert.blackbox.certify import blackbox_result, store_digest
@@ -42,8 +43,10 @@ def rejudge(
     The new certificate's ``parameters.spec`` holds the new budget and p*; ``result.rejudged``
     holds the spec the episodes were run under. Its evidence is the run's store, one folder up.
     """
-    if not budget >= 0:
-        raise ConfigError(f"{budget} is negative", field="--budget", fix="pass a budget >= 0")
+    if not (math.isfinite(budget) and budget >= 0):
+        raise ConfigError(
+            f"{budget} is not a finite number >= 0", field="--budget", fix="pass e.g. --budget 25"
+        )
     if not 0 < p_star < 1:
         raise ConfigError(f"{p_star} is outside (0, 1)", field="--p-star")
     run_dir = Path(run_dir)

@@ -1,9 +1,9 @@
 """The typed ``result`` of black-box certificates (kinds ``blackbox`` and ``sequential``).
 
 Every field is required (no defaults): a certificate missing one is malformed, never completed by
-a guess. Everything here except ``obs_ranges`` (estimated from the vendor's nominal rollouts and
-kept in the episode store, whose rows digest covers it) is recomputed by
-:mod:`safecert.blackbox.check` from ``parameters`` and the stored episodes.
+a guess. Everything here is recomputed by :mod:`safecert.blackbox.check` from ``parameters``, the
+environment and the stored episodes — except estimated ``obs_ranges`` (from a reference policy's
+rollouts, kept in the episode store, whose rows digest covers them).
 """
 
 from __future__ import annotations
@@ -65,18 +65,32 @@ class Axis(StrictModel):
 
 
 class ObsRanges(StrictModel):
-    """Per observation dimension: the range noise is scaled by, and where it came from."""
+    """Per observation dimension: the range noise is scaled by, and where it came from
+    (``source``: declared in the config, the space's bounds, or estimated from ``episodes``
+    rollouts of ``reference_policy`` — never the policy under test)."""
 
     low: list[float]
     high: list[float]
     range: list[float]
     estimated: list[bool]
     episodes: int
+    source: Literal["declared", "space", "estimated"]
+    reference_policy: str | None
+
+
+class FailureKind(StrictModel):
+    """Failed episodes of one kind, with the first reason seen (in store order) as an example."""
+
+    count: int
+    example: str
 
 
 class OracleFailures(StrictModel):
+    """Episodes ended by a failure rather than by the environment, grouped by kind:
+    ``oracle_call`` (no valid reply), ``action_shape``, ``action_out_of_space``, ``spec``."""
+
     total: int
-    reasons: dict[str, int]
+    kinds: dict[str, FailureKind]
 
 
 class Rejudged(StrictModel):
@@ -97,6 +111,9 @@ class _Common(StrictModel):
     axes: list[Axis]
     goal: str
     cost_key: str
+    goal_expression: str
+    cost_expression: str
+    action_out_of_space: Literal["fail", "clip"]
     cost_range: list[float] | None
     return_range: list[float] | None
     obs_ranges: ObsRanges | None

@@ -10,7 +10,9 @@ episode's outcome depends only on its seed — not on B, the worker or the order
 answers each row independently of the others in the batch.
 
 A failed oracle call (:class:`OracleFailure`) ends every episode that was waiting on it as a
-failure, with the reason recorded; a reply of the wrong shape or out of the action space does too.
+failure, with the reason recorded; a reply of the wrong shape (kind ``action_shape``) or, under
+``spec.action_out_of_space = "fail"``, outside the action space (kind ``action_out_of_space``)
+does too. The cost and the goal are the run's spec expressions (:mod:`safecert.blackbox.spec`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from safecert.blackbox.envelope import (
 )
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import OracleFailure
+from safecert.blackbox.spec import EpisodeSpec, compile_spec, step_scope
+from safecert.errors import ConfigError
+from safecert.expressions import EvalError
 
 Policy = Callable[[np.ndarray], np.ndarray]
 
@@ -52,7 +57,10 @@ def build_cell_env(
     obs_ranges: np.ndarray | None,
     policy: Policy,
 ) -> gym.Env:
-    """The environment of one grid cell, wrapped with that cell's perturbations."""
+    """The environment of one grid cell, wrapped with that cell's perturbations.
+
+    Action perturbations are scaled by ``envelope.act_ranges`` when declared, else by the action
+    space's bounds; the L∞ action adversary judges candidates by the run's own ``spec.cost``."""
     env = make_base_env(config, base_dir)
     env_ = config.envelope
     shifts = {k: params[k] for k in ("mass", "friction", "damping") if k in params}
@@ -67,10 +75,13 @@ def build_cell_env(
     level = params.get("act_noise", 0.0)
     if level > 0:
         kind = env_.act_noise.kind
+        act_ranges = declared_act_ranges(config, env.action_space)
         env = (
-            ActionAdversary(env, level, config.adversary.candidates, cost_key(config))
+            ActionAdversary(
+                env, level, config.adversary.candidates, episode_spec(config), act_ranges
+            )
             if kind == "linf"
-            else ActionNoise(env, level, kind)
+            else ActionNoise(env, level, kind, act_ranges)
         )
     level = params.get("obs_noise", 0.0)
     if level > 0:
@@ -85,61 +96,169 @@ def build_cell_env(
     return env
 
 
-def cost_key(config: RunConfig) -> str:
-    return config.spec.cost.removeprefix("info:")
+def declared_act_ranges(config: RunConfig, space: gym.Space) -> np.ndarray | None:
+    """Δ_a from ``envelope.act_ranges`` (hi − lo per action dimension), or None when undeclared."""
+    declared = config.envelope.act_ranges
+    if declared is None:
+        return None
+    shape = getattr(space, "shape", None) or ()
+    size = int(np.prod(shape)) if shape else 0
+    if not isinstance(space, spaces.Box) or len(declared) != size:
+        raise ConfigError(
+            f"{len(declared)} [lo, hi] pairs for the action space {space}",
+            field="envelope.act_ranges",
+            fix=f"give one pair per action dimension ({size})"
+            if isinstance(space, spaces.Box)
+            else "remove it: only Box action spaces take ranges",
+        )
+    return np.array([hi - lo for lo, hi in declared], dtype=float).reshape(shape)
+
+
+def episode_spec(config: RunConfig) -> EpisodeSpec:
+    return compile_spec(config.spec.cost, config.spec.goal)
+
+
+def true_observation(env: gym.Env, observed: np.ndarray) -> np.ndarray:
+    """The observation before the outermost observation perturbation (what the spec judges)."""
+    clean = getattr(env, "true_obs", None)
+    return observed if clean is None else clean
+
+
+class SpecFailure(Exception):
+    """Raised by :func:`run_lockstep` with ``strict=True`` when the spec cannot be evaluated."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field, self.reason = field, reason
+        super().__init__(f"{field}: {reason}")
 
 
 class _Episode:
     """Running totals of one live episode."""
 
-    __slots__ = ("job", "obs", "ret", "cost", "steps", "info")
+    __slots__ = ("job", "obs", "ret", "cost", "steps", "last")
 
-    def __init__(self, job: EpisodeJob, obs: np.ndarray, info: dict) -> None:
-        self.job, self.obs, self.info = job, obs, info
+    def __init__(self, job: EpisodeJob, obs: np.ndarray) -> None:
+        self.job, self.obs = job, obs
         self.ret = 0.0
         self.cost = 0.0
         self.steps = 0
+        self.last: dict[str, Any] = {}
 
 
-def _goal(config: RunConfig, terminated: bool, info: dict, ret: float) -> bool:
-    goal = config.spec.goal
-    if goal == "no_termination":
-        return not terminated
-    if goal.startswith("info:"):
-        return bool(info.get(goal[5:], False))
-    threshold = config.spec.return_threshold
-    return threshold is not None and ret >= threshold
+FAIL_KINDS = ("action_shape", "action_out_of_space", "spec")
 
 
-def _to_action(space: gym.Space, row: np.ndarray) -> Any:
-    """One oracle row as an action of ``space``; OracleFailure if it does not fit."""
+def failure_kind(reason: str) -> str:
+    """The kind of a failure reason: its ``kind:`` prefix when it has a known one, else
+    ``oracle_call`` (a failed, late, malformed or non-finite reply of the oracle itself)."""
+    head, sep, _ = reason.partition(":")
+    return head if sep and head in FAIL_KINDS else "oracle_call"
+
+
+def action_mismatch(space: gym.Space, row: np.ndarray) -> str | None:
+    """Why one reply row is not an action of ``space``'s type and shape (None when it is).
+
+    Discrete: one whole number; Box: ``space.shape`` elements (a flat row of the same size is
+    reshaped). Values outside the space are judged by :func:`to_action`, not here."""
+    arr = np.asarray(row)
     if isinstance(space, spaces.Discrete):
-        flat = np.asarray(row).reshape(-1)
-        if flat.size != 1 or float(flat[0]) != int(flat[0]):
-            raise OracleFailure(f"expected one integer action, got {np.asarray(row).tolist()}")
-        action = int(flat[0])
+        flat = arr.reshape(-1)
+        if flat.size != 1:
+            return f"expected one integer action for {space}, got {flat.size} values"
+        if float(flat[0]) != int(flat[0]):
+            return f"expected an integer action for {space}, got {float(flat[0])!r}"
+        return None
+    if isinstance(space, spaces.Box):
+        if arr.shape != space.shape and arr.size != int(np.prod(space.shape)):
+            return f"expected an action of shape {space.shape} for {space}, got shape {arr.shape}"
+        return None
+    return f"action space {type(space).__name__} is not supported (Discrete or Box)"
+
+
+def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
+    """One oracle row as an action of ``space``, under the ``action_out_of_space`` rule.
+
+    A row of the wrong type or shape is an :class:`OracleFailure` of kind ``action_shape``. A row
+    outside the space is a failure of kind ``action_out_of_space`` under ``"fail"``; under
+    ``"clip"`` a Box action is clipped into the box (a Discrete action outside the space has no
+    nearest action and fails under both rules). Applied before any perturbation, in every cell."""
+    why = action_mismatch(space, row)
+    if why is not None:
+        raise OracleFailure(f"action_shape: {why}")
+    if isinstance(space, spaces.Discrete):
+        action = int(np.asarray(row).reshape(-1)[0])
         if not space.contains(action):
-            raise OracleFailure(f"action {action} is outside {space}")
+            raise OracleFailure(f"action_out_of_space: action {action} is outside {space}")
         return action
-    arr = np.asarray(row, dtype=float)
-    if arr.shape == space.shape:
+    arr = np.asarray(row, dtype=float).reshape(space.shape)
+    low, high = np.asarray(space.low, float), np.asarray(space.high, float)
+    if np.all(arr >= low) and np.all(arr <= high):
         return arr
-    if arr.size != int(np.prod(space.shape)):
-        raise OracleFailure(f"expected an action of shape {space.shape}, got {arr.shape}")
-    return arr.reshape(space.shape)
+    if rule == "clip":
+        return np.clip(arr, low, high)
+    outside = np.flatnonzero((arr < low) | (arr > high))
+    i = int(outside[0])
+    raise OracleFailure(
+        f"action_out_of_space: action[{i}] = {arr.reshape(-1)[i]:.6g} outside "
+        f"[{low.reshape(-1)[i]:.6g}, {high.reshape(-1)[i]:.6g}] ({len(outside)} dims outside)"
+    )
+
+
+def _check_reads(spec: EpisodeSpec, ep: _Episode, seen_keys: set[Any]) -> None:
+    """Strict mode: every ``info["KEY"]`` the spec names was in some step's info, and every
+    ``obs[i]``/``action[i]`` it names exists — even on a branch this episode did not take."""
+    for field, expr in (("spec.cost", spec.cost), ("spec.goal", spec.goal)):
+        for name, key in sorted(expr.subscripts, key=str):
+            if name == "info" and key not in seen_keys:
+                held = ", ".join(sorted(map(str, seen_keys))[:20]) or "none"
+                raise SpecFailure(
+                    field,
+                    f"info never holds key {key!r} in one nominal episode of {ep.steps} steps "
+                    f"(keys it holds: {held})",
+                )
+            if name in ("obs", "action") and isinstance(key, int) and name in ep.last:
+                size = np.asarray(ep.last[name]).shape[:1]
+                if not size or not -size[0] <= key < size[0]:
+                    raise SpecFailure(
+                        field, f"{name}[{key}] is out of range ({name} has shape {size})"
+                    )
 
 
 def run_lockstep(
-    envs: Sequence[gym.Env], jobs: Sequence[EpisodeJob], policy: Policy, config: RunConfig
+    envs: Sequence[gym.Env],
+    jobs: Sequence[EpisodeJob],
+    policy: Policy,
+    config: RunConfig,
+    *,
+    strict: bool = False,
 ) -> Iterator[EpisodeRecord]:
-    """Run ``jobs`` on the B = ``len(envs)`` copies in lockstep; yield records as episodes end."""
+    """Run ``jobs`` on the B = ``len(envs)`` copies in lockstep; yield records as episodes end.
+
+    A spec that cannot be evaluated (a missing key, an index outside the observation) ends the
+    episode as a failure of kind ``spec``; with ``strict`` it raises :class:`SpecFailure`
+    instead (the pre-run check of :func:`safecert.blackbox.certify.make_context`)."""
     queue = list(reversed(jobs))
     slots: list[_Episode | None] = [None] * len(envs)
-    ckey = cost_key(config)
+    spec = episode_spec(config)
+    rule = config.spec.action_out_of_space
     max_steps = config.max_steps
 
+    seen_keys: set[Any] = set()
+
     def record(ep: _Episode, terminated: bool, truncated: bool, why: str | None) -> EpisodeRecord:
-        goal = why is None and _goal(config, terminated, ep.info, ep.ret)
+        goal = False
+        if strict and why is None:
+            _check_reads(spec, ep, seen_keys)
+        if why is None:
+            scope = dict(ep.last, episode_return=ep.ret, episode_cost=ep.cost, steps=ep.steps)
+            try:
+                goal = spec.reached(scope)
+            except EvalError as exc:
+                if strict:
+                    raise SpecFailure(
+                        "spec.goal", f"at the end of the episode: {exc.reason}"
+                    ) from None
+                why = f"spec: spec.goal: {exc.reason}"
         return EpisodeRecord(
             ep.job.cell,
             ep.job.index,
@@ -157,11 +276,11 @@ def run_lockstep(
         while queue:
             job = queue.pop()
             try:
-                obs, info = envs[i].reset(seed=job.seed)
+                obs, _ = envs[i].reset(seed=job.seed)
             except OracleFailure as exc:
-                yield record(_Episode(job, None, {}), False, False, exc.reason)
+                yield record(_Episode(job, None), False, False, exc.reason)
                 continue
-            slots[i] = _Episode(job, np.asarray(obs, dtype=np.float64), info)
+            slots[i] = _Episode(job, np.asarray(obs, dtype=np.float64))
             return
         slots[i] = None
 
@@ -187,20 +306,39 @@ def run_lockstep(
             ep = slots[i]
             env = envs[i]
             try:
-                obs, reward, terminated, truncated, info = env.step(
-                    _to_action(env.action_space, actions[row])
+                action = to_action(env.action_space, actions[row], rule)
+                obs, reward, terminated, truncated, info = env.step(action)
+                ep.last = step_scope(
+                    true_observation(env, obs),
+                    action,
+                    reward,
+                    info,
+                    terminated,
+                    truncated,
+                    ep.steps,
                 )
+                if strict:
+                    seen_keys.update(info)
+                cost = spec.step_cost(ep.last)
             except OracleFailure as exc:
                 yield record(ep, False, False, exc.reason)
                 yield from fill(i)
                 continue
+            except EvalError as exc:
+                if strict:
+                    raise SpecFailure(
+                        "spec.cost", f"at step {ep.steps + 1}: {exc.reason}"
+                    ) from None
+                yield record(ep, False, False, f"spec: spec.cost: {exc.reason}")
+                yield from fill(i)
+                continue
             ep.steps += 1
             ep.ret += float(reward)
-            ep.cost += float(info.get(ckey, 0.0))
+            ep.cost += cost
             ep.obs = np.asarray(obs, dtype=np.float64)
-            ep.info = info
             if max_steps is not None and ep.steps >= max_steps and not terminated:
                 truncated = True
+                ep.last["truncated"] = True
             if terminated or truncated:
                 yield record(ep, bool(terminated), bool(truncated), None)
                 yield from fill(i)

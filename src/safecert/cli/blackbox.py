@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from safecert import procs
 from safecert.cli.output import SignKeyOpt, console, emit_json, table
 from safecert.errors import ConfigError
+
+if TYPE_CHECKING:
+    from safecert.blackbox.backends import Backend
+    from safecert.certificate import Certificate
 
 
 def _verdict_table(cert) -> None:
@@ -75,7 +80,8 @@ def certify(
     config: Annotated[Path, typer.Argument(help="Run config (TOML).")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("runs/certify"),
     workers: Annotated[
-        int | None, typer.Option(min=1, help="Worker processes (default: cores).")
+        int | None,
+        typer.Option(min=1, help="Worker processes (default: the config's workers, else cores)."),
     ] = None,
     backend: Annotated[str, typer.Option(help="local or ray.")] = "local",
     address: Annotated[
@@ -106,6 +112,27 @@ def certify(
         return
     runner = _backend(backend, address, workers)
     progress = sys.stderr.isatty() and not json_out
+    with procs.reaping():
+        cert = _run(config, out, runner, sequential, resume, progress, sign_key)
+    if json_out:
+        emit_json(cert.model_dump(mode="json"))
+    else:
+        _verdict_table(cert)
+        console.print(f"certificate: {out / 'certificate.json'}\nreport: {out / 'report.html'}")
+    if cert.verdict != "PASS":
+        raise typer.Exit(1)
+
+
+def _run(
+    config: Path,
+    out: Path,
+    runner: Backend,
+    sequential: bool,
+    resume: bool,
+    progress: bool,
+    sign_key: Path | None,
+) -> Certificate:
+    """One certification; vendors it starts are reaped by the caller's :func:`procs.reaping`."""
     if sequential or _config_wants_sequential(config):
         try:
             from safecert.blackbox.sequential import certify_sequential
@@ -115,20 +142,12 @@ def certify(
             raise ConfigError(
                 "sequential certification is not available yet", field="--sequential"
             ) from None
-        cert = certify_sequential(config, out, runner, resume, progress, sign_key=sign_key)
-    else:
-        from safecert.blackbox.certify import certify as run_certify
+        return certify_sequential(config, out, runner, resume, progress, sign_key=sign_key)
+    from safecert.blackbox.certify import certify as run_certify
 
-        cert = run_certify(
-            config, out, backend=runner, resume=resume, progress=progress, sign_key=sign_key
-        )
-    if json_out:
-        emit_json(cert.model_dump(mode="json"))
-    else:
-        _verdict_table(cert)
-        console.print(f"certificate: {out / 'certificate.json'}\nreport: {out / 'report.html'}")
-    if cert.verdict != "PASS":
-        raise typer.Exit(1)
+    return run_certify(
+        config, out, backend=runner, resume=resume, progress=progress, sign_key=sign_key
+    )
 
 
 def _config_wants_sequential(config: Path) -> bool:

@@ -13,7 +13,9 @@ import typer
 from safecert import __version__
 from safecert.cli import blackbox as blackbox_cli
 from safecert.cli import bnn as bnn_cli
+from safecert.cli import diff as diff_cli
 from safecert.cli import keys as keys_cli
+from safecert.cli import report as report_cli
 from safecert.cli import shield as shield_cli
 from safecert.cli import stats as stats_cli
 from safecert.cli import verify as verify_cli
@@ -50,6 +52,8 @@ app.command()(keys_cli.keygen)
 app.command()(keys_cli.sign)
 app.command()(blackbox_cli.certify)
 app.command()(blackbox_cli.rejudge)
+app.command()(diff_cli.diff)
+app.command()(report_cli.report)
 app.add_typer(shield_cli.app, name="shield")
 app.add_typer(bnn_cli.app, name="bnn")
 

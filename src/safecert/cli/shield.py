@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -45,15 +46,24 @@ SignKeyOpt = Annotated[
 
 
 def _show(run: ShieldRun, out: Path, json_out: bool) -> None:
+    from safecert.shield.certify import short_of_budget
     from safecert.shield.report import table_rows
 
     cert = run.certificate
+    short = short_of_budget(cert.result)
+    if short:
+        _say(
+            f"warning: {len(short)} of {cert.result.stochastic_rows} rows are short of their "
+            "budget n0; their confidence sets are vacuous (worst case): collect more logs"
+        )
     if json_out:
         emit_json(
             {
                 "verdict": cert.verdict,
                 "out": str(out),
                 "halt_only_not_listed": run.missing_states,
+                "short_of_budget": short_of_budget(cert.result),
+                "notes": {k: v for k, v in run.summary.items() if k == "fallback"},
                 **cert.result.model_dump(mode="json"),
             }
         )
@@ -65,6 +75,11 @@ def _show(run: ShieldRun, out: Path, json_out: bool) -> None:
     for k, v in run.summary.items():
         console.print(f"[bold]{k}[/]: {v}")
     console.print(f"wrote {', '.join(str(f) for f in run.written)}")
+
+
+def _say(line: str) -> None:
+    """One unwrapped line on stderr."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _busy(json_out: bool, what: str):
@@ -121,6 +136,10 @@ def synthesize(
     rho_min: Annotated[
         float, typer.Option(help="ρ_min in the removal cost ρ(s,a) + ρ_min.")
     ] = 1e-3,
+    allow_goal_unreachable: Annotated[
+        bool,
+        typer.Option(help="Exit 0 even when the goal is unreachable under the shield."),
+    ] = False,
     sign_key: SignKeyOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -137,6 +156,15 @@ def synthesize(
             sign_key=sign_key,
         )  # fmt: skip
     _show(run, out, json_out)
+    if "fallback" in run.summary:
+        _say("note: greedy made the goal unreachable; using the additive shield")
+    if run.certificate.result.goal_reachable is False and not allow_goal_unreachable:
+        _say(
+            "goal unreachable: the shield meets ε but blocks the task (forbidden: "
+            f"{100 * run.certificate.result.forbidden_fraction:.0f} % of live pairs); collect more "
+            "logs, raise --epsilon, or pass --allow-goal-unreachable"
+        )
+        raise typer.Exit(1)
 
 
 if importlib.util.find_spec("safecert.cli.shield_diagnose") is not None:
@@ -145,3 +173,6 @@ if importlib.util.find_spec("safecert.cli.shield_diagnose") is not None:
         _diagnose.register(app)
     else:
         app.command("diagnose")(_diagnose.diagnose)
+
+if importlib.util.find_spec("safecert.cli.shield_agents") is not None:
+    importlib.import_module("safecert.cli.shield_agents").register(app)

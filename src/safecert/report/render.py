@@ -1,30 +1,36 @@
-"""Render a black-box certificate as HTML and Markdown (the same tables, two formats).
+"""Render a black-box or sequential certificate as ``report.html`` and ``report.md``.
 
-Sections: verdict and setup; the Table-2 breakdown per cell (task-only, safety-only and unified
-failure rates with their Bonferroni Clopper–Pearson upper bounds, PASS/FAIL); Hoeffding bounds
-(return LCB, cost UCB); ODD heatmaps; observation ranges (estimated ones marked); and a
-counterexample table of failing episodes, each with its seed and the command that replays it.
+Sections: verdict and its claim; the post-hoc banner of a re-judged certificate; the facts panel
+(:mod:`safecert.report.facts`); the ODD views (:mod:`safecert.report.odd`); a sortable table of
+every cell (per-axis columns, Table-2 breakdown: task-only, safety-only and unified failure rates
+with their Clopper–Pearson upper bounds at δ'); Hoeffding bounds; observation ranges; and the
+counterexamples, worst first, each with its seed and the command that replays it against the run
+folder that holds the episode store.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from safecert.blackbox.grid import cell_label
 from safecert.blackbox.jobs import EpisodeRecord
 from safecert.certificate import BlackboxCertificate, SequentialCertificate
-from safecert.report.odd import odd_maps
+from safecert.report.facts import claim, facts_html, facts_markdown, posthoc_banner
+from safecert.report.html import embed_png, esc, page, table, verdict_badge
+from safecert.report.odd import cell_views, odd_html, odd_pngs, sorted_axes
 
 Certificate = BlackboxCertificate | SequentialCertificate
 MAX_COUNTEREXAMPLES = 25
+#: the worst counterexamples replayed step by step for a trajectory plot
+MAX_TRAJECTORIES = 3
+#: oracle kinds a report replays (in this process); exec and http vendors are never called by it
+IN_PROCESS = ("python", "onnx", "sb3", "torchscript")
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
@@ -32,153 +38,257 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def tables(
+@dataclass(frozen=True)
+class Section:
+    """A titled table, rendered both in HTML and in Markdown."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    sortable: bool = False
+    status: list[str] | None = None
+    note: str = ""
+
+
+def store_folder(cert: Certificate, out_dir: Path) -> Path:
+    """The run folder that holds ``episodes.sqlite`` (for a re-judged certificate: the folder its
+    ``result.rejudged.store`` names, relative to ``out_dir``)."""
+    rejudged = getattr(cert.result, "rejudged", None)
+    if rejudged is None:
+        return Path(out_dir).resolve()
+    return (Path(out_dir) / rejudged.store).resolve().parent
+
+
+def failing_episodes(cert: Certificate, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+    """Every failing episode (goal not met, cost over budget, or an oracle failure), worst first:
+    episodes of failing cells before others, then highest cost, then earliest end (fewest steps),
+    then (cell, index) so the order is reproducible."""
+    budget = cert.result.budget
+    failing_cells = {v.index for v in cell_views(cert.result) if v.status == "fail"}
+    bad = [r for r in records if (not r.goal) or r.cost > budget or r.failure_reason]
+    return sorted(
+        bad, key=lambda r: (r.cell not in failing_cells, -r.cost, r.steps, r.cell, r.index)
+    )
+
+
+def _why(r: EpisodeRecord, budget: float) -> str:
+    if r.failure_reason:
+        return f"oracle: {r.failure_reason}"
+    reasons = []
+    if not r.goal:
+        reasons.append("goal not met" + (" (terminated)" if r.terminated else ""))
+    if r.cost > budget:
+        reasons.append(f"cost {r.cost:g} > {budget:g}")
+    return ", ".join(reasons)
+
+
+def sections(
     cert: Certificate, records: Sequence[EpisodeRecord], config_path: Path | None, out_dir: Path
-) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, columns, rows) of every table in the report."""
-    res = cert.result.model_dump(mode="json")
-    cells = res["cells"]
-    breakdown = [
+) -> list[Section]:
+    """Every table of the report, in order."""
+    res = cert.result
+    cells: list[Any] = list(res.cells)  # Cell or SequentialCell: both carry bound and decision
+    views = cell_views(res)
+    names = [name for name, _ in sorted_axes(res)]
+    every = Section(
+        f"Every cell ({len(views)}; click a column to sort; bounds are Clopper–Pearson at δ')",
         [
-            str(i),
-            cell_label(c["params"]),
-            str(c["episodes"]),
-            _fmt(c["task_failure_rate"]),
-            _fmt(c["task_upper_bound"]),
-            _fmt(c["safety_failure_rate"]),
-            _fmt(c["safety_upper_bound"]),
-            _fmt(c["failure_rate"]),
-            _fmt(c["upper_bound"]),
-            c["decision"],
-        ]
-        for i, c in enumerate(cells)
-    ]
-    hoeff = [
+            "cell",
+            *names,
+            "N",
+            "failures",
+            "task UB",
+            "safety UB",
+            "unified rate",
+            "unified UB",
+            "decision",
+            "status",
+        ],
         [
-            str(i),
-            cell_label(c["params"]),
-            _fmt(c["return_kpi"]["mean"]),
-            _fmt(c["return_kpi"]["bound"]),
-            _fmt(c["cost_kpi"]["mean"]),
-            _fmt(c["cost_kpi"]["bound"]),
-        ]
-        for i, c in enumerate(cells)
-    ]
-    budget = res["budget"]
-    failing = [r for r in records if (not r.goal) or r.cost > budget]
+            [
+                str(v.index),
+                *[str(v.params.get(n, "—")) for n in names],
+                str(c.episodes),
+                str(c.failures),
+                _fmt(c.task_upper_bound),
+                _fmt(c.safety_upper_bound),
+                _fmt(c.failure_rate),
+                _fmt(c.upper_bound),
+                c.decision,
+                {"pass": "PASS", "fail": "FAIL", "warn": "NOT CERTIFIED"}[v.status],
+            ]
+            for v, c in zip(views, cells, strict=True)
+        ],
+        sortable=True,
+        status=[v.status for v in views],
+    )
+    hoeff = Section(
+        "Performance and cost (Hoeffding at δ')",
+        ["cell", "params", "return mean", "return LCB", "cost mean", "cost UCB"],
+        [
+            [
+                str(i),
+                ", ".join(f"{k}={v}" for k, v in c.params.items()) or "nominal",
+                _fmt(c.return_kpi.mean),
+                _fmt(c.return_kpi.bound),
+                _fmt(c.cost_kpi.mean),
+                _fmt(c.cost_kpi.bound),
+            ]
+            for i, c in enumerate(res.cells)
+        ],
+        sortable=True,
+    )
+    failing = failing_episodes(cert, records)
     config = shlex.quote(str(config_path)) if config_path else "CONFIG.toml"
-    counter = []
-    for r in failing[:MAX_COUNTEREXAMPLES]:
-        why = r.failure_reason or ", ".join(
-            w
-            for w, bad in (("task", not r.goal), (f"cost {r.cost:g} > {budget:g}", r.cost > budget))
-            if bad
-        )
-        counter.append(
+    run = shlex.quote(str(store_folder(cert, out_dir)))
+    counter = Section(
+        f"Counterexamples ({min(len(failing), MAX_COUNTEREXAMPLES)} of {len(failing)} failing "
+        "episodes, worst first)",
+        ["cell:index", "cell", "seed", "why", "return", "cost", "steps", "replay"],
+        [
             [
                 f"{r.cell}:{r.index}",
+                ", ".join(f"{k}={v}" for k, v in res.cells[r.cell].params.items())
+                if r.cell < len(res.cells)
+                else "nominal (stage 1)",
                 str(r.seed),
-                why,
+                _why(r, res.budget),
                 _fmt(r.ret),
                 _fmt(r.cost),
                 str(r.steps),
-                f"safecert certify {config} --replay {r.cell}:{r.index} --out {shlex.quote(str(out_dir))}",
+                f"safecert certify {config} --replay {r.cell}:{r.index} --out {run}",
             ]
-        )
-    out = [
-        (
-            "Reliability per cell (Table-2 breakdown; bounds are Clopper–Pearson at δ/M)",
-            [
-                "cell",
-                "params",
-                "N",
-                "task rate",
-                "task UB",
-                "safety rate",
-                "safety UB",
-                "unified rate",
-                "unified UB",
-                "decision",
-            ],
-            breakdown,
-        ),
-        (
-            "Performance and cost (Hoeffding at δ/M)",
-            ["cell", "params", "return mean", "return LCB", "cost mean", "cost UCB"],
-            hoeff,
-        ),
-        (
-            f"Counterexamples (first {min(len(failing), MAX_COUNTEREXAMPLES)} of {len(failing)} failing episodes)",
-            ["cell:index", "seed", "why", "return", "cost", "steps", "replay"],
-            counter,
-        ),
-    ]
-    ranges = res.get("obs_ranges")
+            for r in failing[:MAX_COUNTEREXAMPLES]
+        ],
+        note="Order: episodes of failing cells first, then highest cost, then earliest end. "
+        "The replay command reruns the episode with its seed and compares it with the stored one.",
+    )
+    out = [every, hoeff, counter]
+    ranges = res.obs_ranges
     if ranges:
-        rows = [
-            [str(d), _fmt(lo), _fmt(hi), _fmt(span), "estimated" if est else "space bounds"]
-            for d, (lo, hi, span, est) in enumerate(
-                zip(
-                    ranges["low"], ranges["high"], ranges["range"], ranges["estimated"], strict=True
-                )
-            )
-        ]
         out.append(
-            (
-                f"Observation ranges Δ_s ({ranges['episodes']} nominal rollouts for estimated dims)",
+            Section(
+                f"Observation ranges Δ_s ({ranges.episodes} nominal rollouts for estimated dims)",
                 ["dim", "low", "high", "range", "source"],
-                rows,
+                [
+                    [str(d), _fmt(lo), _fmt(hi), _fmt(span), "estimated" if est else "space bounds"]
+                    for d, (lo, hi, span, est) in enumerate(
+                        zip(ranges.low, ranges.high, ranges.range, ranges.estimated, strict=True)
+                    )
+                ],
             )
         )
     return out
 
 
-def _summary(cert: Certificate) -> list[tuple[str, str]]:
-    res, p = cert.result.model_dump(mode="json"), cert.parameters
-    s1 = res["stage1"]
-    return [
-        ("verdict", cert.verdict),
-        ("policy", p["policy"]),
-        ("environment", p["env"]),
-        ("episodes per cell", str(p["episodes"])),
-        ("seed", str(cert.seed)),
-        (
-            "spec",
-            f"budget d = {res['budget']}, p* = {res['p_star']}, confidence {res['confidence']} "
-            f"family-wise over M = {res['family_size']} cells (δ' = {res['delta_cell']:.5g})",
-        ),
-        ("goal", res["goal"]),
-        (
-            "stage 1 (nominal)",
-            f"{s1['decision']}: {s1['failures']}/{s1['episodes']} failures, "
-            f"upper bound {s1['upper_bound']:.4f}",
-        ),
-        ("ODD", f"{len(res['odd'])} of {len(res['cells'])} cells pass"),
-        ("oracle failures", str(res["oracle_failures"]["total"])),
-        ("rule", res["verdict_rule"]),
-    ]
-
-
-def _html_table(title: str, cols: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{v.lower() if v in ("PASS", "FAIL") else ""}">'
-            f"{'<code>' + html.escape(v) + '</code>' if c == 'replay' else html.escape(v)}</td>"
-            for c, v in zip(cols, row, strict=True)
+def _section_html(s: Section) -> str:
+    note = f"<p class='note'>{s.note}</p>" if s.note else ""
+    return (
+        table(
+            s.columns,
+            s.rows,
+            title=s.title,
+            sortable=s.sortable,
+            row_status=s.status,
         )
-        + "</tr>"
-        for row in rows
+        + note
     )
-    return f"<h2>{html.escape(title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;background:#fff}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;font-size:.9em}
-th{background:#f0f0f0}td.pass{background:#2e9d57;color:#fff;font-weight:bold}td.fail{background:#d6453d;color:#fff;font-weight:bold}
-.verdict{font-size:2em;font-weight:bold;padding:.2em .6em;display:inline-block;color:#fff}
-code{font-size:.85em}img{border:1px solid #ddd;margin:.5em}"""
+def _section_md(s: Section) -> list[str]:
+    lines = [
+        f"## {s.title}",
+        "",
+        "| " + " | ".join(s.columns) + " |",
+        "|" + "---|" * len(s.columns),
+    ]
+    lines += [
+        "| "
+        + " | ".join(
+            f"`{v}`" if c == "replay" else v.replace("|", "\\|")
+            for c, v in zip(s.columns, row, strict=True)
+        )
+        + " |"
+        for row in s.rows
+    ]
+    return lines + ([s.note] if s.note else []) + [""]
+
+
+def trajectories(
+    cert: Certificate,
+    records: Sequence[EpisodeRecord],
+    config_path: Path | None,
+    out_dir: Path,
+    limit: int = MAX_TRAJECTORIES,
+) -> tuple[str, list[str], dict[str, Path]]:
+    """(HTML, Markdown lines, PNG paths) of the ``limit`` worst counterexamples replayed step by
+    step (:mod:`safecert.report.trajectory`); a replay that cannot run is stated, with its cause."""
+    from safecert.report.trajectory import (
+        clip_gif,
+        clip_unavailable,
+        data_uri,
+        replay_trajectory,
+        trajectory_png,
+    )
+
+    worst = failing_episodes(cert, records)[:limit]
+    if not worst:
+        return "", [], {}
+    title = f"Trajectories of the {len(worst)} worst counterexamples (replayed with their seeds)"
+    html_parts, md, pngs = [f"<h2>{title}</h2><div class='heatmaps'>"], [f"## {title}", ""], {}
+    if config_path is None or not Path(config_path).is_file():
+        why = "the run's config is not at hand, so the episodes cannot be replayed"
+        return f"<h2>{title}</h2><p class='note'>Not shown: {why}.</p>", [why, ""], {}
+    ranges = cert.result.obs_ranges.range if cert.result.obs_ranges else None
+    from safecert.blackbox.certify import plan_run
+
+    try:
+        plan = plan_run(Path(config_path))
+        no_clip = clip_unavailable(plan)
+    except Exception as exc:  # noqa: BLE001 - stated in the report, never fatal to it
+        why = f"the run cannot be replayed ({type(exc).__name__}: {exc})"
+        return f"<h2>{title}</h2><p class='note'>Not shown: {esc(why)}.</p>", [why, ""], {}
+    if plan.oracle.kind not in IN_PROCESS:
+        why = (
+            f"the policy is an external {plan.oracle.kind} service, which a report does not call; "
+            "run a replay command above to see an episode"
+        )
+        return f"<h2>{title}</h2><p class='note'>Not shown: {esc(why)}.</p>", [why, ""], {}
+    for k, r in enumerate(worst):
+        name = f"episode {r.cell}:{r.index} (seed {r.seed})"
+        try:
+            t = replay_trajectory(plan, r, ranges, clip=k == 0 and no_clip is None)
+        except Exception as exc:  # noqa: BLE001 - stated in the report, never fatal to it
+            note = f"{name}: replay failed ({type(exc).__name__}: {exc})"
+            html_parts.append(f"<p class='note' data-trajectory='failed'>{esc(note)}</p>")
+            md += [note, ""]
+            continue
+        same = "matches the stored episode" if t.matches else "DIFFERS from the stored episode"
+        data = trajectory_png(t, cert.result.budget, f"{name}: {same}")
+        path = out_dir / f"trajectory_{r.cell}_{r.index}.png"
+        path.write_bytes(data)
+        pngs[path.stem] = path
+        html_parts.append(
+            f"<figure data-trajectory='{r.cell}:{r.index}' data-matches='{str(t.matches).lower()}'>"
+            f"<img alt='trajectory of {esc(name)}' src='{data_uri(data)}'>"
+            f"<figcaption>{esc(name)}: {same}</figcaption></figure>"
+        )
+        md += [f"![{name}: {same}]({path.name})", ""]
+        if t.frames:
+            gif = out_dir / f"clip_{r.cell}_{r.index}.gif"
+            gif.write_bytes(clip_gif(t.frames))
+            pngs[gif.stem] = gif
+            html_parts.append(
+                f"<figure data-clip='{r.cell}:{r.index}'><img alt='clip of {esc(name)}' "
+                f"src='{data_uri(gif.read_bytes(), 'image/gif')}'><figcaption>{esc(name)}, "
+                f"rendered ({len(t.frames)} frames)</figcaption></figure>"
+            )
+            md += [f"![clip of {name}]({gif.name})", ""]
+    html_parts.append("</div>")
+    if no_clip is not None:
+        html_parts.append(f"<p class='note' id='no-clip'>No rendered clip: {esc(no_clip)}.</p>")
+        md += [f"No rendered clip: {no_clip}.", ""]
+    return "".join(html_parts), md, pngs
 
 
 def write_report(
@@ -187,47 +297,57 @@ def write_report(
     out_dir: Path,
     *,
     config_path: Path | None = None,
+    max_trajectories: int = MAX_TRAJECTORIES,
 ) -> dict[str, Path]:
-    """Write report.html, report.md and the ODD PNGs; returns their paths."""
+    """Write report.html, report.md, the ODD projection PNGs and the trajectory PNGs of the
+    ``max_trajectories`` worst counterexamples; returns their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    maps = odd_maps(cert.result.model_dump(mode="json"), out_dir)
-    tabs = tables(cert, records, config_path, out_dir)
-    summary = _summary(cert)
-    colour = "#2e9d57" if cert.verdict == "PASS" else "#d6453d"
-    parts = [
-        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>safecert: {cert.verdict}</title>"
-        f"<style>{_CSS}</style></head><body><h1>safecert black-box certificate</h1>",
-        f"<div class='verdict' style='background:{colour}'>{cert.verdict}</div><table>",
-        *[f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in summary],
-        "</table>",
+    written = out_dir / "certificate.json"
+    cert_path = written if written.is_file() else None
+    maps = odd_pngs(cert.result, out_dir)
+    tabs = sections(cert, records, config_path, out_dir)
+    traj_html, traj_md, traj_pngs = trajectories(
+        cert, records, config_path, out_dir, max_trajectories
+    )
+    rejudged = getattr(cert.result, "rejudged", None)
+    suffix = " (re-judged post hoc)" if rejudged is not None else ""
+    body = [
+        f"<h1>safecert {cert.kind} certificate</h1>",
+        verdict_badge(cert.verdict, suffix),
+        f"<p class='claim' id='claim'>{esc(claim(cert))}</p>",
+        posthoc_banner(cert),
+        odd_html(cert.result),
+        facts_html(cert, cert_path),
+        *[_section_html(s) for s in tabs],
+        traj_html,
     ]
-    md = ["# safecert black-box certificate", "", f"**Verdict: {cert.verdict}**", ""]
-    md += [f"- **{k}**: {v}" for k, v in summary] + [""]
     if maps:
-        parts.append("<h2>Operational design domain</h2>")
-        md += ["## Operational design domain", ""]
-    for title, path in maps:
-        data = base64.b64encode(path.read_bytes()).decode()
-        parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
-        md += [f"![{title}]({path.name})", ""]
-    for title, cols, rows in tabs:
-        parts.append(_html_table(title, cols, rows))
-        md += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        body.append("<h2>Worst-case ODD maps (PNG, as in report.md)</h2>")
+        body += [embed_png(path, title) for title, path in maps]
+    (out_dir / "report.html").write_text(
+        page(f"safecert: {cert.verdict}{suffix}", "".join(body)), encoding="utf-8"
+    )
+    md = [f"# safecert {cert.kind} certificate", "", f"**Verdict: {cert.verdict}{suffix}**", ""]
+    md += [claim(cert), ""]
+    if rejudged is not None:
         md += [
-            "| "
-            + " | ".join(
-                f"`{v}`" if c == "replay" else v.replace("|", "\\|")
-                for c, v in zip(cols, row, strict=True)
-            )
-            + " |"
-            for row in rows
-        ] + [""]
-    parts.append("</body></html>")
-    (out_dir / "report.html").write_text("".join(parts), encoding="utf-8")
+            f"> **Re-judged post hoc**: run under budget {rejudged.budget:g}, "
+            f"p* {rejudged.p_star:g}; judged "
+            f"here at budget {cert.result.budget:g}, p* {cert.result.p_star:g}.",
+            "",
+        ]
+    md += facts_markdown(cert, cert_path) + [""]
+    if maps:
+        md += ["## Operational design domain (worst-case projections)", ""]
+        md += [f"![{title}]({path.name})" for title, path in maps] + [""]
+    for s in tabs:
+        md += _section_md(s)
+    md += traj_md
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     return {
         "html": out_dir / "report.html",
         "md": out_dir / "report.md",
         **{p.stem: p for _, p in maps},
+        **traj_pngs,
     }

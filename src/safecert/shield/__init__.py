@@ -1,4 +1,4 @@
-"""Certified runtime shields from logs (paper 001; METHODS.md §3).
+"""Certified runtime shields from logs (paper 001; docs/methods.md).
 
 Pipeline: :mod:`model` (TOML → :class:`ShieldModel`) → :mod:`logs` (:func:`iter_steps`, streaming
 JSONL) → :mod:`estimate` (committed budgets, :class:`RowEstimates`) → :mod:`confidence` (β, the
@@ -8,8 +8,8 @@ inner maximisation σ) → :mod:`reach` (robust / exact value iteration) → :mo
 
 from __future__ import annotations
 
+from safecert.expressions import eval_labels as eval_expression
 from safecert.shield.estimate import RowEstimates, estimate
-from safecert.shield.expressions import eval_expression
 from safecert.shield.logs import Step, iter_steps
 from safecert.shield.model import ShieldModel, load_model, model_from_dict
 

@@ -1,4 +1,4 @@
-"""The four baseline shields of Table III, built from the same logs as ours (METHODS.md §3).
+"""The four baseline shields of Table III, built from the same logs as ours (docs/methods.md).
 
 * **plug-in** — certainty equivalence: the empirical kernel (all visits) is taken as exact; an
   unvisited row is assumed to do nothing (its unseen hazards get probability 0). It certifies

@@ -241,7 +241,14 @@ def synthesize_shield(
         fallback_all_halt=res.fallback_all_halt,
     )
     files = _input_digests(model_path, logs_path, None)
-    return _write(out, model_path, model, est, allowed, result, params, files, [], sign_key)
+    notes = {"fallback": "greedy lost the goal; additive kept it"} if res.fell_back_to else {}
+    return _write(out, model_path, model, est, allowed, result, params, files, [], sign_key, notes)
+
+
+def short_of_budget(result: ShieldResult) -> list[str]:
+    """The rows with fewer visits than their budget n0, as ``(state, action) visits/n0``: their
+    confidence sets are every distribution on K(s,a), so they count as worst case."""
+    return [f"({r.state}, {r.action}) {r.visits}/{r.n0}" for r in result.rows if r.visits < r.n0]
 
 
 def _check_sign_key(sign_key: Path | None) -> None:
@@ -271,6 +278,7 @@ def _write(
     files: list[FileDigest],
     missing: list[str],
     sign_key: Path | None,
+    notes: dict[str, str] | None = None,
 ) -> ShieldRun:
     out.mkdir(parents=True, exist_ok=True)
     durable_write(out / MODEL_COPY, Path(model_path).read_bytes())
@@ -299,6 +307,11 @@ def _write(
         "method": result.method,
         "goal_reachable": result.goal_reachable,
     }
+    short = short_of_budget(result)
+    if short:
+        more = f" and {len(short) - 10} more" if len(short) > 10 else ""
+        summary["short of budget (vacuous rows)"] = ", ".join(short[:10]) + more
+    summary.update(notes or {})
     if missing:
         summary["halt-only (not in --shield)"] = f"{len(missing)} live states: {missing[:5]}"
     rows = table_rows(model, allowed, values)
@@ -309,4 +322,7 @@ def _write(
     )
     written += [png] if png else []
     written.append(write_certificate(cert, out / CERTIFICATE, sign_key=sign_key))
+    from safecert.report import write_report_beside  # logs a rendering failure, never raises
+
+    write_report_beside(out / CERTIFICATE)
     return ShieldRun(cert, model, allowed, values, written, missing, summary)

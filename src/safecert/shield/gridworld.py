@@ -1,4 +1,4 @@
-"""The 7×7 grid with known ground truth (paper Sec. V-A, METHODS.md §3 "Published numbers").
+"""The 7×7 grid with known ground truth (paper Sec. V-A, docs/methods.md "Published numbers").
 
 Cells ``r{row}c{col}`` are the abstract states; the central 3×3 block is S_u (absorbing); start and
 goal are opposite corners; actions up/down/left/right/halt. A move goes where intended with
@@ -6,7 +6,7 @@ probability 1 − slip and to each perpendicular neighbour with probability slip
 wall stays put. K(s,a) = the (deduplicated) intended and perpendicular targets, so k ≤ 3. T = 16,
 δ = 0.05, budget n0 = ⌊0.7·M·T/R⌋ with R = 160 stochastic rows.
 
-Logging protocol (near-even coverage, METHODS.md): M episodes of T steps, run B at a time in
+Logging protocol (near-even coverage, docs/methods.md): M episodes of T steps, run B at a time in
 lock-step; each starts at a uniformly random live state and, after entering S_u, logging resumes
 (as a new episode id) from a fresh random live state, so the log has exactly M·T transitions. At each
 step an episode takes the move of its current state whose row has been visited least so far (ties

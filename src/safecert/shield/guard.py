@@ -12,8 +12,14 @@ counted, the state unchanged. Three ways to handle a blocked proposal (paper Sec
 
 Every executed action therefore lies in D(φ(h)): the composite controller is admissible (π ⊳ D) and
 Thm. 1's certificate covers it. The guard fails closed: an unknown state, an unknown tool, a
-malformed proposal or an exception from the abstraction blocks the call (halt stays permitted:
-A3, halting is always safe). It is thread-safe (one lock around each check and the counters).
+malformed proposal, an exception from the abstraction or an abstraction that passes its deadline
+(``timeout_s``) blocks the call (halt stays permitted: A3, halting is always safe). The abstraction
+runs outside any lock (:func:`safecert.shield.deadline.call_with_deadline`); the lock guards only
+the counters, so a hung abstraction delays only its own check.
+
+This guard checks; it does not execute. When several threads share tools, or calls must be
+counted against T and start in s0, use :class:`safecert.shield.session.GuardSession`, which makes
+check and execution one atomic step per session.
 
 A state the shield does not list is **halt-only**: :func:`permitted_actions` is the one definition
 of D(s) for a shield table, shared by the guard, ``safecert shield certify --shield`` (through
@@ -30,6 +36,7 @@ from typing import Protocol
 import numpy as np
 
 from safecert.errors import ConfigError
+from safecert.shield.deadline import call_with_deadline
 from safecert.shield.sandbox import TOOLS as sandbox_tools
 from safecert.shield.sandbox import Entry, Sandbox, ToolCall
 
@@ -73,6 +80,7 @@ class Guard:
         *,
         actions: Collection[str],
         halt: str = "halt",
+        timeout_s: float = 2.0,
     ) -> None:
         if halt not in actions:
             raise ConfigError(f"halt action {halt!r} is not an action", field="halt")
@@ -86,6 +94,7 @@ class Guard:
                 )
         self._table = {state: frozenset(tools) for state, tools in shield.items()}
         self._abstraction = abstraction
+        self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self.checks = 0
         self.blocked = 0
@@ -93,18 +102,19 @@ class Guard:
     def permitted(self) -> frozenset[str]:
         """D(φ(h)) now; only ``{halt}`` when the state is unknown or the abstraction fails."""
         try:
-            state = self._abstraction()
-        except Exception:  # fail closed on any abstraction error
+            state = call_with_deadline(self._abstraction, (), self.timeout_s)
+        except Exception:  # fail closed on any abstraction error or a missed deadline
             return frozenset({self.halt})
         return permitted_actions(self._table, state, self.halt)
 
     def check(self, tool: object) -> Decision:
         """Is ``tool`` permitted in the current abstract state? Fails closed."""
-        with self._lock:
-            self.checks += 1
+        if tool == self.halt:
+            allowed, state, reason = True, None, ""
+        else:
             try:
-                state = self._abstraction()
-            except Exception as exc:  # fail closed on any abstraction error
+                state = call_with_deadline(self._abstraction, (), self.timeout_s)
+            except Exception as exc:  # fail closed on any abstraction error or a missed deadline
                 state, allowed, reason = None, False, f"abstraction failed: {type(exc).__name__}"
             else:
                 if not isinstance(tool, str) or tool not in self.actions:
@@ -117,11 +127,11 @@ class Guard:
                         reason = f"{tool!r} is forbidden in state {state}"
                     else:
                         reason = f"unknown state {state!r}"
-            if tool == self.halt:
-                allowed, reason = True, ""
+        with self._lock:  # the counters only: never held while user code runs
+            self.checks += 1
             if not allowed:
                 self.blocked += 1
-            return Decision(allowed, state if isinstance(state, str) else None, reason)
+        return Decision(allowed, state if isinstance(state, str) else None, reason)
 
 
 class Controller(Protocol):

@@ -1,4 +1,9 @@
-"""A language model as the sandbox controller, over any OpenAI-compatible chat-completions API.
+"""A language model as a tool-using controller, over any OpenAI-compatible chat-completions API.
+
+Two uses. :class:`LLMAgent` drives the bundled sandbox (the paper's Experiment 3) through
+:func:`safecert.shield.guard.run_episode`; :func:`run_chat` drives *any* guarded tools
+(:func:`safecert.shield.adapters.guarded`) with the tool schemas you give the client — the sandbox
+is one example of the same loop, not a special case.
 
 The model sees the task and the full transcript (tool replies), never the predicates, and answers
 with one function call per turn (``tools`` / ``tool_calls`` of the chat-completions API). The
@@ -81,9 +86,12 @@ class ChatClient:
     api_key: str | None = None
     temperature: float = 0.0
     timeout_s: float = 60.0
+    tools: tuple[dict[str, Any], ...] = tuple(TOOL_SCHEMAS)  # the sandbox's by default
 
     @classmethod
-    def from_env(cls, temperature: float = 0.0) -> ChatClient:
+    def from_env(
+        cls, temperature: float = 0.0, tools: list[dict[str, Any]] | None = None
+    ) -> ChatClient:
         base, model = os.environ.get(ENV_BASE), os.environ.get(ENV_MODEL)
         if not base or not model:
             raise ConfigError(
@@ -91,7 +99,9 @@ class ChatClient:
                 field=ENV_BASE if not base else ENV_MODEL,
                 fix="export the endpoint's base URL (…/v1) and model name",
             )
-        return cls(base.rstrip("/"), model, os.environ.get(ENV_KEY) or None, temperature)
+        key = os.environ.get(ENV_KEY) or None
+        schemas = tuple(tools) if tools is not None else tuple(TOOL_SCHEMAS)
+        return cls(base.rstrip("/"), model, key, temperature, tools=schemas)
 
     def complete(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         import httpx
@@ -102,7 +112,7 @@ class ChatClient:
         body = {
             "model": self.model,
             "messages": messages,
-            "tools": TOOL_SCHEMAS,
+            "tools": list(self.tools),
             "tool_choice": "auto",
             "temperature": self.temperature,
         }
@@ -191,3 +201,46 @@ class LLMAgent:
     def refused(self, call: ToolCall, reason: str) -> None:
         """A blocked call is answered as a tool error; the model is then asked again."""
         self._answer(f"error: blocked by the safety shield ({reason}); choose another action")
+
+
+def run_chat(
+    client: ChatClient, tools: Any, messages: list[dict[str, Any]], *, max_turns: int = 20
+) -> list[dict[str, Any]]:
+    """The chat-completions tool loop over guarded tools (``safecert.shield.adapters.GuardedTools``).
+
+    Each turn the model proposes one call; the guard session checks and executes it atomically. An
+    executed call's result (JSON text) or a blocked call's ``blocked by shield …`` text goes back as
+    the ``tool`` message for that ``tool_call_id``. A reply without a usable call is answered as a
+    refusal (fail closed; it counts toward the session's refusal limit); the loop ends when the
+    session ends (halt, refusals, T), when the model stops calling tools, or after ``max_turns``.
+    Returns the conversation — the transcript ``safecert shield ingest`` reads."""
+    from safecert.shield.adapters import ShieldBlocked
+
+    session = tools.session
+    messages = list(messages)
+    for _ in range(max_turns):
+        if session.ended is not None:
+            break
+        message = client.complete(messages)
+        call_id, call, extra = parse_tool_call(message)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.get("content"),
+                **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {}),
+            }
+        )
+        for other in extra:  # one call per turn: refuse the rest in the protocol
+            messages.append(
+                {"role": "tool", "tool_call_id": other, "content": "error: one call per turn"}
+            )
+        if call_id is None:
+            break  # the model answered in text: it is done
+        try:  # a malformed call (INVALID) names no tool: the guard blocks it
+            content = json.dumps(tools.call(call.tool, **call.args), default=str)
+        except ShieldBlocked as exc:
+            content = str(exc)
+        except Exception as exc:  # the tool raised: executed, its error is the result
+            content = f"error: {type(exc).__name__}: {exc}"
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    return messages

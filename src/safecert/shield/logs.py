@@ -1,4 +1,4 @@
-"""Streaming reader of shield step logs (JSON Lines, ARCHITECTURE.md "Shield logs and model").
+"""Streaming reader of shield step logs (JSON Lines, docs/architecture.md "Shield logs and model").
 
 One executed step per line, in the order the steps happened::
 
@@ -8,8 +8,9 @@ One executed step per line, in the order the steps happened::
 memory (last step index and state of each episode seen — O(#episodes), never O(file size)), so a
 multi-GB log streams. Every problem is a one-line :class:`DataError` naming ``file:line`` and field:
 
-* not JSON / not an object / a missing key; unknown predicates, missing predicates, non-boolean
-  values; unknown state labels or actions;
+* not UTF-8, longer than :data:`MAX_LINE_BYTES`, not JSON (numbers of more than 4,300 digits and
+  nesting too deep included) / not an object / a missing key; unknown predicates, missing
+  predicates, non-boolean values; unknown state labels or actions; ``t`` above :data:`MAX_T`;
 * steps out of order within an episode (``t`` must rise by exactly 1) or a ``state`` that differs
   from the previous step's ``next_state`` of the same episode;
 * a step after ``halt`` (halt ends the episode; its ``next_state`` may be omitted or null and is
@@ -32,6 +33,10 @@ from safecert.errors import DataError
 from safecert.shield.model import ShieldModel
 
 _REQUIRED = ("episode", "t", "state", "action")
+#: one step is a few hundred bytes; a longer line is refused before it is parsed
+MAX_LINE_BYTES = 1 << 20
+#: the step index of one episode
+MAX_T = 1_000_000_000
 
 
 class Step(NamedTuple):
@@ -53,11 +58,36 @@ def iter_steps(path: Path, model: ShieldModel) -> Iterator[Step]:
         raise DataError(f"{path} does not exist", field="logs", fix="pass an existing JSONL file")
     # episode -> (last t, state the episode is in now; -1 after halt)
     open_eps: dict[str, tuple[int, int]] = {}
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise DataError(
+            f"{path} cannot be read ({exc.strerror})", field="logs", fix="check its permissions"
+        ) from None
+    with fh:
+        lineno = 0
+        while True:
+            data = fh.readline(MAX_LINE_BYTES + 1)
+            if not data:
+                return
+            lineno += 1
+            where = f"{path.name}:{lineno}"
+            if len(data) > MAX_LINE_BYTES and not data.endswith(b"\n"):
+                raise DataError(
+                    f"line is longer than {MAX_LINE_BYTES} bytes",
+                    field=where,
+                    fix="one step per line",
+                )
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"not UTF-8 text (byte {exc.start} of the line)",
+                    field=where,
+                    fix="write the log as UTF-8",
+                ) from None
             if not raw.strip():
                 continue
-            where = f"{path.name}:{lineno}"
             yield _parse(raw, where, lineno, model, open_eps)
 
 
@@ -70,6 +100,10 @@ def _parse(
         raise DataError(
             f"not valid JSON ({exc.msg})", field=where, fix="one JSON object per line"
         ) from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise DataError(f"not usable JSON ({exc})", field=where) from None
+    except RecursionError:
+        raise DataError("nests arrays or objects too deeply", field=where) from None
     if not isinstance(rec, dict):
         raise DataError("a line must be a JSON object", field=where)
     for key in _REQUIRED:
@@ -85,8 +119,11 @@ def _parse(
         )
     ep = str(ep)
     t = rec["t"]
-    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-        raise DataError(f"t must be a non-negative integer, got {t!r}", field=f"{where}.t")
+    if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_T:
+        shown = repr(t) if len(repr(t)) <= 40 else repr(t)[:37] + "..."
+        raise DataError(
+            f"t must be a non-negative integer <= {MAX_T}, got {shown}", field=f"{where}.t"
+        )
     s = model.state_index(rec["state"], field=f"{where}.state")
     a = model.action_index(rec["action"], field=f"{where}.action")
     if a == model.halt:

@@ -20,25 +20,35 @@ successor table ``succ[s, a, :k[s, a]]`` lists K(s,a) in a fixed order shared by
 the confidence sets. Budgets n0(s,a) are computed here, from the model alone, before any log is read.
 
 Expressions use ``and or not`` (or ``& | ! ~``), parentheses, ``true``/``false``; parsed by
-:mod:`safecert.shield.expressions` (no ``eval``).
+:mod:`safecert.expressions`, labels dialect (no ``eval``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError, DataError, SafecertError
-from safecert.shield.expressions import eval_expression
+from safecert.expressions import eval_labels as eval_expression
 
 MAX_PREDICATES = 16
+#: label mode: as many states as predicate mode allows
+MAX_STATES = 1 << MAX_PREDICATES
 MAX_TABLE_ENTRIES = 50_000_000
+#: the horizon, and the work of robust value iteration (horizon x entries of the successor table)
+MAX_HORIZON = 10_000
+MAX_VI_WORK = 1_000_000_000
+#: n0 per row: more visits than any log holds
+MAX_PER_ROW = 1_000_000_000
+#: the PNG map draws one square per cell; larger grids are left without a map
+MAX_LAYOUT_SIDE = 200
 SINK_LABEL = "⊥"
 
 # ----------------------------------------------------------------------------- TOML schema
@@ -48,10 +58,10 @@ class BudgetSpec(BaseModel):
     """n0 per row: ``per_row`` visits, or ``floor(fraction * episodes * horizon / R)`` (R = the
     number of stochastic live rows), both fixed from design constants only."""
 
-    model_config = ConfigDict(extra="forbid")
-    per_row: int | None = Field(default=None, ge=1)
-    fraction_of_even_share: float | None = Field(default=None, gt=0)
-    episodes: int | None = Field(default=None, ge=1)
+    model_config = ConfigDict(extra="forbid", strict=True)
+    per_row: int | None = Field(default=None, ge=1, le=MAX_PER_ROW)
+    fraction_of_even_share: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+    episodes: int | None = Field(default=None, ge=1, le=MAX_PER_ROW)
 
     @model_validator(mode="after")
     def _one_rule(self) -> BudgetSpec:
@@ -63,17 +73,33 @@ class BudgetSpec(BaseModel):
 
 
 class LayoutSpec(BaseModel):
-    """Optional grid layout for the PNG map: label ``cell_format.format(row=r, col=c)``."""
+    """Optional grid layout for the PNG map: label ``cell_format.format(row=r, col=c)``; at most
+    :data:`MAX_LAYOUT_SIDE` rows and columns (one drawn square per cell)."""
 
     model_config = ConfigDict(extra="forbid")
-    rows: int = Field(ge=1)
-    cols: int = Field(ge=1)
+    rows: int = Field(ge=1, le=MAX_LAYOUT_SIDE, strict=True)
+    cols: int = Field(ge=1, le=MAX_LAYOUT_SIDE, strict=True)
     cell_format: str = "r{row}c{col}"
     moves: dict[str, tuple[int, int]] = Field(default_factory=dict)
 
+    @field_validator("cell_format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        try:
+            value.format(row=0, col=0)
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise ValueError(
+                f"{value!r} cannot be filled with row and col ({type(exc).__name__}: {exc}); "
+                'use only the placeholders {row} and {col}, e.g. "r{row}c{col}"'
+            ) from None
+        return value
+
 
 class ModelSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The model file. Numbers are strict (no coercion from strings, floats or booleans into
+    integers; no inf or nan) and bounded by the limits above, each stated in its error."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str = "shield-model"
     predicates: list[str] | None = None
     states: list[str] | None = None
@@ -82,9 +108,9 @@ class ModelSpec(BaseModel):
     initial: dict[str, bool] | str
     unsafe: str | list[str]
     goal: str | list[str] | None = None
-    horizon: int = Field(ge=1)
-    delta: float = Field(gt=0, lt=1)
-    eta: float = Field(default=0.0, ge=0)
+    horizon: int = Field(ge=1, le=MAX_HORIZON)
+    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
+    eta: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
     budget: BudgetSpec
     successors: dict[str, list[str] | dict[str, list[str]]] = Field(default_factory=dict)
     layout: LayoutSpec | None = None
@@ -101,6 +127,8 @@ class ShieldModel:
     ``horizon``, ``delta``, ``eta``, ``succ`` (n, m, kmax) int (padding -1), ``k`` (n, m),
     ``n0`` (n, m) committed budgets (0 for deterministic rows), ``stochastic_rows`` (R).
     """
+
+    _names: Mapping[str, np.ndarray]  # expression names -> (n,) bool masks
 
     def __init__(self, spec: ModelSpec, source: Path | None = None) -> None:
         self.spec, self.source = spec, source
@@ -161,11 +189,16 @@ class ShieldModel:
             raise ConfigError("duplicate state labels", field="states")
         if SINK_LABEL in states:
             raise ConfigError(f"{SINK_LABEL!r} is reserved for the halt sink", field="states")
+        if len(states) > MAX_STATES:
+            raise ConfigError(
+                f"{len(states)} states are too many",
+                field="states",
+                fix=f"use at most {MAX_STATES} (an abstraction, not the raw state space)",
+            )
         self.n_states = len(states)
         self.labels = list(states)
         self._label_index = {lab: i for i, lab in enumerate(states)}
-        eye = np.eye(self.n_states, dtype=bool)
-        self._names = {lab: eye[i] for i, lab in enumerate(states)}
+        self._names = _OneHot(self._label_index)
 
     def _state_set(self, value: str | list[str], field: str) -> np.ndarray:
         if isinstance(value, list):
@@ -175,7 +208,8 @@ class ShieldModel:
             for i, lab in enumerate(value):
                 mask[self.state_index(lab, field=f"{field}[{i}]", error=ConfigError)] = True
             return mask
-        return eval_expression(value, self._names, field)
+        # label mode's _OneHot is a read-only mapping, all eval_expression needs
+        return eval_expression(value, self._names, field)  # type: ignore[arg-type]
 
     def state_index(
         self, state: Any, *, field: str = "state", error: type[SafecertError] = DataError
@@ -300,6 +334,14 @@ class ShieldModel:
                 field="successors",
                 fix="declare K(s,a) for each action",
             )
+        work = self.horizon * int(self.k.sum())
+        if work > MAX_VI_WORK:
+            raise ConfigError(
+                f"value iteration would take {work:.3g} row updates (horizon {self.horizon} x "
+                f"{int(self.k.sum())} successor entries), more than {MAX_VI_WORK:.0e}",
+                field="horizon",
+                fix="shorten the horizon or declare smaller K(s,a) in [successors]",
+            )
         self.succ = np.full((n, m, kmax), -1, dtype=np.int64)
         for s in range(n):
             for a in range(m):
@@ -326,6 +368,12 @@ class ShieldModel:
             assert b.fraction_of_even_share is not None and b.episodes is not None
             share = b.episodes * self.horizon / max(self.stochastic_rows, 1)
             per = math.floor(b.fraction_of_even_share * share)
+            if per > MAX_PER_ROW:
+                raise ConfigError(
+                    f"the budget rule gives n0 = {per}, more than {MAX_PER_ROW}",
+                    field="budget.fraction_of_even_share",
+                    fix="lower fraction_of_even_share or episodes",
+                )
             if per < 1:
                 raise ConfigError(
                     f"the budget rule gives n0 = {per}",
@@ -352,6 +400,25 @@ class ShieldModel:
 
     def row_label(self, s: int, a: int) -> str:
         return f"{self.labels[s]} · {self.actions[a]}"
+
+
+class _OneHot(Mapping[str, np.ndarray]):
+    """Label mode's names for expressions: ``name -> (n,) bool`` true only at that state, built
+    when an expression uses the name (never the n x n identity)."""
+
+    def __init__(self, index: dict[str, int]) -> None:
+        self._index = index
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        mask = np.zeros(len(self._index), dtype=bool)
+        mask[self._index[name]] = True
+        return mask
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 def model_from_dict(data: dict[str, Any], source: Path | None = None) -> ShieldModel:

@@ -213,7 +213,7 @@ def as_steps(model: ShieldModel, steps: np.ndarray) -> Iterator[Step]:
 
 
 def write_log(path: Path, steps: np.ndarray) -> None:
-    """Write simulated steps as a JSONL step log (ARCHITECTURE.md format)."""
+    """Write simulated steps as a JSONL step log (the format of docs/architecture.md)."""
     with Path(path).open("w", encoding="utf-8") as fh:
         for ep, t, s, a, s2 in steps.tolist():
             rec = {"episode": f"e{ep}", "t": t, "state": LABELS[s], "action": TOOLS[a]}

@@ -1,4 +1,4 @@
-"""Least-restrictive shield synthesis (paper Sec. IV, Alg. 1 as reconstructed in METHODS.md §3).
+"""Least-restrictive shield synthesis (paper Sec. IV, Alg. 1 as reconstructed in docs/methods.md).
 
 Every method returns a shield D with V̄_T(s0; D) ≤ ε, or the all-halt shield (V̄_T = 0, Prop. 3),
 so by Cor. 2 the certificate of the output holds with confidence 1 − δ although D was chosen from
@@ -14,7 +14,9 @@ the same logs. Three methods:
   removal changes anything (small M: several moves into the hazard tie at Q = 1), the pair with the
   largest Σ_k Q_k(s,a) per cost is removed instead (our stall breaker); all-halt only when no
   non-halt pair is left. A removal that never is the strict argmax of any backup cannot change V̄
-  and is skipped without evaluation.
+  and is skipped without evaluation. When greedy's shield makes the goal unreachable from s0 and
+  ``additive``'s keeps it reachable, greedy returns additive's shield (``fell_back_to``; both meet ε,
+  so the certificate is unaffected, and the checker re-runs the same rule).
 * ``"additive"`` — start from all-halt and add non-halt pairs in order of decreasing ρ (ties: lower
   robust Q first), keeping each only if V̄_T(s0) stays ≤ ε. The result is inclusion-maximal: no single
   forbidden pair can be given back (V̄ is monotone in D). Batched exactly: a round evaluates each
@@ -53,6 +55,7 @@ class SynthesisResult:
     goal_reachable: bool | None
     forbidden_fraction: float
     steps: list[tuple[int, int]] = field(default_factory=list)  # pairs removed / added, in order
+    fell_back_to: str | None = None  # "additive" when greedy lost the goal and additive kept it
 
 
 def forbidden_fraction(model: ShieldModel, allowed: np.ndarray) -> float:
@@ -202,6 +205,12 @@ def synthesize(
     cost = rho + rho_min
     run = {"greedy": _greedy, "additive": _additive, "robust_q": _robust_q}[method]
     allowed, steps = run(model, rows, epsilon, cost)
+    fell_back_to = None
+    if method == "greedy" and goal_reachable(model, rows, allowed) is False:
+        # greedy may wall the agent in where additive keeps the goal: then take additive's shield
+        added, added_steps = _additive(model, rows, epsilon, cost)
+        if goal_reachable(model, rows, added):
+            allowed, steps, fell_back_to = added, added_steps, "additive"
     values, _ = value_iteration(rows, allowed, model.horizon)
     bound = float(values[model.initial])
     fallback = bool((allowed == all_halt(model)).all()) and bound == 0.0
@@ -219,6 +228,7 @@ def synthesize(
         goal_reachable=goal_reachable(model, rows, allowed),
         forbidden_fraction=forbidden_fraction(model, allowed),
         steps=steps,
+        fell_back_to=fell_back_to,
     )
 
 

@@ -9,6 +9,11 @@ A policy is named by one string (ARCHITECTURE.md, "Policy oracles"):
 - ``http://host:port/path`` / ``https://...`` — ``POST`` of a JSON batch, retries with backoff
   (:mod:`.http_oracle`).
 - ``onnx:path/model.onnx`` — an onnxruntime session on float32 batches (:mod:`.onnx_oracle`).
+- ``sb3:path/model.zip`` — a Stable-Baselines3 PPO/A2C/SAC/TD3/DQN model, algorithm read from the
+  file, deterministic batched ``predict`` (:mod:`.sb3_oracle`; the ``sb3`` extra).
+- ``torchscript:path/model.pt`` — a TorchScript module on float32 batches (:mod:`.torchscript_oracle`).
+
+Model files (ONNX, SB3, TorchScript) are the policy's artifacts, hashed into the certificate.
 
 :func:`parse_oracle_spec` checks the string up front (one :class:`ConfigError` line, field
 ``policy``) and returns a frozen, picklable :class:`OracleSpec`; :func:`make_oracle` builds the
@@ -58,7 +63,13 @@ __all__ = [
     "parse_oracle_spec",
 ]
 
-OracleKind = Literal["python", "exec", "http", "onnx"]
+OracleKind = Literal["python", "exec", "http", "onnx", "sb3", "torchscript"]
+#: schemes whose target is one model file, run in-process: scheme → what the file is
+_MODEL_FILES = {
+    "onnx": "ONNX model",
+    "sb3": "Stable-Baselines3 model",
+    "torchscript": "TorchScript module",
+}
 _INTERPRETERS = {"python", "python3", Path(sys.executable).name}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -142,13 +153,18 @@ def parse_oracle_spec(
     if scheme in ("http", "https"):
         _check_url(policy)
         return replace(template, kind="http", target=policy, headers=header_items)
-    if scheme == "onnx":
-        path = _existing_file(rest, base, what="ONNX model")
-        return replace(template, kind="onnx", target=str(path), artifacts=(str(path),))
+    if scheme in _MODEL_FILES:
+        path = _existing_file(rest, base, what=_MODEL_FILES[scheme])
+        if scheme == "sb3":
+            from safecert.blackbox.oracles.sb3_oracle import sb3_algorithm
+
+            sb3_algorithm(path)  # a zip of another kind is one error now, not in a worker
+        return replace(template, kind=scheme, target=str(path), artifacts=(str(path),))
     raise ConfigError(
         f"unknown policy scheme {scheme!r} in {policy!r}",
         field="policy",
-        fix="use python:module:attr, exec:program, http(s)://host/path or onnx:model.onnx",
+        fix="use python:module:attr, exec:program, http(s)://host/path, onnx:model.onnx, "
+        "sb3:model.zip or torchscript:model.pt",
     )
 
 
@@ -170,6 +186,14 @@ def make_oracle(spec: OracleSpec) -> Oracle:
         from safecert.blackbox.oracles.onnx_oracle import OnnxOracle
 
         return OnnxOracle(spec)
+    if spec.kind == "sb3":
+        from safecert.blackbox.oracles.sb3_oracle import Sb3Oracle
+
+        return Sb3Oracle(spec)
+    if spec.kind == "torchscript":
+        from safecert.blackbox.oracles.torchscript_oracle import TorchScriptOracle
+
+        return TorchScriptOracle(spec)
     raise ConfigError(f"unknown oracle kind {spec.kind!r}", field="policy")
 
 

@@ -10,6 +10,7 @@ numeric array with one row per observation and only finite values; anything else
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,6 +106,24 @@ def json_call(send: Callable[[bytes], bytes], observations: np.ndarray) -> np.nd
     except ValueError:
         raise OracleFailure("observations contain non-finite values") from None
     return decode_reply(send(body), len(obs))
+
+
+def timed_call(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Run an in-process ``call`` (an ONNX session, a torch module, an SB3 model); its exception
+    or a run longer than ``timeout_s`` is an :class:`OracleFailure`. In-process code cannot be
+    interrupted, so the timeout is checked after it returns."""
+    start = time.perf_counter()
+    try:
+        out = call()
+    except OracleFailure:
+        raise
+    except Exception as exc:  # the model's own errors (shape or type mismatch inside it)
+        text = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise OracleFailure(f"{what}: {text}") from None
+    elapsed = time.perf_counter() - start
+    if elapsed > timeout_s:
+        raise OracleFailure(f"call took {elapsed:.3g}s > timeout {timeout_s}s")
+    return out
 
 
 def health_check(

@@ -1,7 +1,8 @@
 """``exec:program arg ...`` — a vendor program speaking newline-delimited JSON on stdin/stdout.
 
-Protocol (ARCHITECTURE.md): each request is one line ``{"observations": [[...], ...]}``; the program
-answers each with one line ``{"actions": [[...], ...]}``, in order. Its stdout carries replies only
+Protocol (docs/architecture.md, "Policy oracles"): each request is one line
+``{"observations": [[...], ...]}``; the program answers each with one line
+``{"actions": [[...], ...]}``, in order. Its stdout carries replies only
 (diagnostics go to stderr, which safecert keeps the tail of for error messages).
 """
 
@@ -9,32 +10,41 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import time
 from typing import IO
 
 import numpy as np
 
+from safecert import procs
 from safecert.blackbox.oracles import OracleSpec
 from safecert.blackbox.oracles.base import OracleFailure, health_check, json_call
 
 _STDERR_TAIL = 2000
 _CHUNK = 1 << 16
+#: the longest reply line (exec) or body (HTTP) accepted; a batch of 4096 rows is a few MB
+MAX_REPLY_BYTES = 64 << 20
 STARTUP_GRACE_S = 30.0  # extra time for the first call after a (re)start: imports, model loading
 
 
 class ExecOracle:
     """A long-running vendor process, started lazily, without a shell, in the config's folder.
 
-    Guarantees: a call never blocks longer than ``timeout_s`` (non-blocking pipes multiplexed with
-    ``select``; writes, reads and the vendor's stderr are all serviced within the deadline), except
-    that the first call after a (re)start may also spend :data:`STARTUP_GRACE_S` on the program's
-    start-up (interpreter, imports, model loading). A call
-    that times out kills the vendor's process group (a late reply would put requests and replies
-    out of step); a vendor that exits or closes its pipes fails the call with its exit code and the
-    tail of its stderr. Either way the next call starts a fresh process (``restarts`` counts them).
-    One request is one batch: ``B`` observations cost one round trip.
+    Guarantees: a call is a *deadline*, not a per-read timeout: it fails ``timeout_s`` after it
+    started however the vendor trickles its reply (non-blocking pipes multiplexed with ``select``;
+    writes, reads and the vendor's stderr are all serviced within the deadline). The only extension
+    is start-up: on the first call after a (re)start, until the vendor writes its first byte of
+    stdout, it may also spend :data:`STARTUP_GRACE_S` (interpreter, imports, model loading); from
+    its first byte on, the reply must be complete within ``timeout_s``.
+
+    Processes (:mod:`safecert.procs`): the vendor runs in a session of its own, marked with a token
+    in its environment, with a parent-death signal (it dies with the thread that started it, even
+    on ``kill -9`` of safecert). A call that times out kills the vendor and everything it started,
+    ``setsid`` children included (a late reply would put requests and replies out of step); a
+    vendor that exits or closes its pipes fails the call with its exit code and the tail of its
+    stderr. Either way the next call starts a fresh process (``restarts`` counts them). ``close``
+    kills and reaps whatever the vendor left behind. One request is one batch: ``B`` observations
+    cost one round trip.
     """
 
     def __init__(self, spec: OracleSpec) -> None:
@@ -44,9 +54,11 @@ class ExecOracle:
         self._buf = b""
         self._stderr = b""
         self._started = 0
+        self._token = ""
 
     # -- process management -------------------------------------------------------------------
     def _start(self) -> subprocess.Popen[bytes]:
+        self._token = procs.new_token()
         try:
             proc = subprocess.Popen(
                 list(self.spec.argv),
@@ -55,7 +67,9 @@ class ExecOracle:
                 stderr=subprocess.PIPE,
                 cwd=self.spec.base_dir,
                 bufsize=0,
-                start_new_session=True,  # own process group: a timeout kills the vendor's children too
+                start_new_session=True,  # own session and group: killed as a whole
+                env=procs.vendor_env(self._token),
+                preexec_fn=procs.vendor_preexec(),
             )
         except OSError as exc:
             raise OracleFailure(f"cannot start {self.spec.argv[0]}: {exc}") from None
@@ -69,14 +83,12 @@ class ExecOracle:
         return proc
 
     def _kill(self) -> None:
+        """Kill and reap the vendor and every process it started (``setsid`` ones included)."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                proc.kill()
+        # once reaped, the vendor's pid may be reused: then only its token identifies its children
+        procs.kill_tree(proc.pid if proc.returncode is None else None, self._token)
         proc.wait()
         _close(proc.stdin, proc.stdout, proc.stderr)
 
@@ -115,15 +127,20 @@ class ExecOracle:
             proc = self._start()
             grace = STARTUP_GRACE_S
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        out = payload + b"\n"
+        out = memoryview(payload + b"\n")
         deadline = time.monotonic() + self.spec.timeout_s + grace
         readers = [proc.stdout, proc.stderr]
-        while b"\n" not in self._buf:
+        buf = bytearray(self._buf)  # appended in place; only new bytes are searched for "\n"
+        newline = buf.find(b"\n")
+        while newline < 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._kill()
+                # no measured times in the reason: it is part of the episode's (reproducible) record
+                extra = f"; start-up grace {grace:g}s" if grace else ""
                 raise OracleFailure(
-                    f"no reply within {self.spec.timeout_s + grace:g}s; vendor killed, restarted on the next call"
+                    f"no complete reply within {self.spec.timeout_s:g}s (deadline of the whole "
+                    f"call{extra}); vendor killed, restarted on the next call"
                 )
             writers = [proc.stdin] if out else []
             ready_r, ready_w, _ = select.select(readers, writers, [], remaining)
@@ -142,8 +159,19 @@ class ExecOracle:
                     continue
                 if not data:
                     raise self._crashed(proc, "exited")
-                self._buf += data
-        line, _, self._buf = self._buf.partition(b"\n")
+                if grace:  # start-up is over at the first byte: the reply itself gets timeout_s
+                    deadline = min(deadline, time.monotonic() + self.spec.timeout_s)
+                    grace = 0.0
+                found = data.find(b"\n")
+                newline = -1 if found < 0 else len(buf) + found
+                buf += data
+                if newline < 0 and len(buf) > MAX_REPLY_BYTES:
+                    self._kill()
+                    raise OracleFailure(
+                        f"reply longer than {MAX_REPLY_BYTES >> 20} MiB without a newline; "
+                        "vendor killed, restarted on the next call"
+                    )
+        line, self._buf = bytes(buf[:newline]), bytes(buf[newline + 1 :])
         return line
 
     # -- the Oracle protocol ------------------------------------------------------------------
@@ -156,7 +184,8 @@ class ExecOracle:
         health_check(self, obs, f"vendor program {' '.join(self.spec.argv)!r}")
 
     def close(self) -> None:
-        """Close the vendor's stdin (a polite end of input), then kill it if it lingers."""
+        """Close the vendor's stdin (a polite end of input), give it 1 s to exit, then kill and
+        reap it and everything it started (safe to call twice)."""
         proc = self._proc
         if proc is None:
             return

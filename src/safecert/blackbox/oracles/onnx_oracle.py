@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec
-from safecert.blackbox.oracles.base import OracleFailure, check_actions, health_check
+from safecert.blackbox.oracles.base import OracleFailure, check_actions, health_check, timed_call
 from safecert.errors import OracleError
 
 
@@ -56,14 +55,11 @@ class OnnxOracle:
         obs = np.asarray(observations, dtype=np.float32)
         if len(self._input.shape) == 2 and obs.ndim != 2:
             obs = obs.reshape(len(obs), -1)
-        start = time.perf_counter()
-        try:
-            out = session.run(None, {self._input.name: obs})[0]
-        except Exception as exc:  # shape/type mismatch inside onnxruntime
-            raise OracleFailure(f"onnxruntime: {str(exc).splitlines()[0][:200]}") from None
-        elapsed = time.perf_counter() - start
-        if elapsed > self.spec.timeout_s:
-            raise OracleFailure(f"call took {elapsed:.3g}s > timeout {self.spec.timeout_s}s")
+        out = timed_call(
+            lambda: session.run(None, {self._input.name: obs})[0],
+            self.spec.timeout_s,
+            "onnxruntime",
+        )
         return check_actions(out, len(obs))
 
     def probe(self, observations: np.ndarray | None = None) -> None:

@@ -1,0 +1,146 @@
+"""``safecert shield serve`` and ``safecert shield ingest``: the certified shield in front of real
+agents. Parsing and printing only; the work is in :mod:`safecert.shield.gateway`,
+:mod:`safecert.shield.ingest` and :mod:`safecert.shield.session`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, cast
+
+import typer
+
+from safecert.cli.output import console, emit_json, err_console
+from safecert.errors import ConfigError
+
+AbstractionOpt = Annotated[
+    str,
+    typer.Option(
+        "--abstraction",
+        help="MODULE:FUNC, phi(history) -> state (label or dict of predicate values); resolved "
+        "from the working directory or PYTHONPATH.",
+    ),
+]
+ActionMapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--action-map", help="MODULE:FUNC, (tool, arguments) -> action; default: the tool's name."
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--abstraction-timeout", help="Deadline (s) for each phi / action-map call; fail closed."
+    ),
+]
+
+
+def _abstraction(model, abstraction: str, action_map: str | None, timeout_s: float):
+    from safecert.shield.session import Abstraction, check_timeout, load_callable
+
+    return Abstraction(
+        model,
+        load_callable(abstraction, "--abstraction"),
+        load_callable(action_map, "--action-map") if action_map else None,
+        check_timeout(timeout_s, "--abstraction-timeout"),
+    )
+
+
+def serve(
+    certificate: Annotated[
+        Path,
+        typer.Option(help="Shield certificate.json; its model.toml and shield.json beside it."),
+    ],
+    upstream: Annotated[
+        str,
+        typer.Option(help='Upstream MCP server command (stdio), e.g. "python tools_server.py".'),
+    ],
+    abstraction: AbstractionOpt,
+    action_map: ActionMapOpt = None,
+    on_block: Annotated[
+        str, typer.Option(help="ask_again (the 4th consecutive refusal halts) or halt.")
+    ] = "ask_again",
+    transport: Annotated[str, typer.Option(help="stdio or http.")] = "stdio",
+    host: Annotated[str, typer.Option(help="HTTP host (http transport).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (http transport).")] = 8765,
+    steps_log: Annotated[
+        Path | None,
+        typer.Option(
+            help="Append one step per executed call (the --logs format; episode = session)."
+        ),
+    ] = None,
+    audit_log: Annotated[
+        Path | None, typer.Option(help="Append every decision (allowed or blocked, and why).")
+    ] = None,
+    abstraction_timeout: TimeoutOpt = 2.0,
+    upstream_timeout: Annotated[
+        float, typer.Option(help="Deadline (s) for each upstream call; a miss ends the session.")
+    ] = 30.0,
+) -> None:
+    """Serve MCP in front of an upstream MCP server, enforcing a certified shield per session.
+
+    Example: safecert shield serve --certificate runs/pay/certificate.json --upstream "python tools_server.py" --abstraction phi:phi --action-map phi:action --steps-log steps.jsonl
+    """
+    from safecert.shield.certified import load_certified_shield
+    from safecert.shield.gateway import ServeOptions
+    from safecert.shield.gateway import run as run_gateway
+    from safecert.shield.session import ON_BLOCK, OnBlock, check_timeout
+
+    if on_block not in ON_BLOCK:
+        raise ConfigError(f"unknown policy {on_block!r}", field="--on-block", fix=f"use {ON_BLOCK}")
+    if transport not in ("stdio", "http"):
+        raise ConfigError(f"unknown transport {transport!r}", field="--transport", fix="stdio|http")
+    if not 0 < port < 65536:
+        raise ConfigError(f"must be in 1..65535, got {port}", field="--port")
+    opts = ServeOptions(
+        upstream=upstream,
+        transport="stdio" if transport == "stdio" else "http",
+        host=host,
+        port=port,
+        on_block=cast(OnBlock, on_block),
+        steps_log=steps_log,
+        audit_log=audit_log,
+        upstream_timeout_s=check_timeout(upstream_timeout, "--upstream-timeout"),
+    )
+    shield = load_certified_shield(certificate)
+    abstr = _abstraction(shield.model, abstraction, action_map, abstraction_timeout)
+    try:
+        run_gateway(shield, abstr, opts)
+    except KeyboardInterrupt:
+        err_console.print("stopped")
+
+
+def ingest(
+    model: Annotated[Path, typer.Option(help="Model TOML (the states phi returns).")],
+    transcripts: Annotated[
+        Path, typer.Option(help="OpenAI chat-completions transcripts, one conversation per line.")
+    ],
+    out: Annotated[Path, typer.Option(help="Step log to write (JSON Lines).")],
+    abstraction: AbstractionOpt,
+    action_map: ActionMapOpt = None,
+    abstraction_timeout: TimeoutOpt = 2.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Turn tool-calling transcripts into the step logs certificates are built from.
+
+    Example: safecert shield ingest --model model.toml --abstraction phi:phi --action-map phi:action --transcripts chats.jsonl --out steps.jsonl
+    """
+    from safecert.shield.ingest import ingest as run_ingest
+    from safecert.shield.model import load_model
+
+    summary = run_ingest(
+        transcripts,
+        out,
+        _abstraction(load_model(model), abstraction, action_map, abstraction_timeout),
+    )
+    if json_out:
+        emit_json(summary.__dict__)
+    else:
+        console.print(
+            f"{summary.conversations} conversations → {summary.steps} steps in {summary.out}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` and ``ingest`` to ``safecert shield``."""
+    app.command("serve")(serve)
+    app.command("ingest")(ingest)

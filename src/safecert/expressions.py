@@ -1,0 +1,484 @@
+"""The one safe expression language of safecert configs (no ``eval``, no attribute access).
+
+Used by the black-box spec (``spec.cost`` per step, ``spec.goal`` at an episode's end) and, in its
+*labels* dialect, by the shield's ``unsafe``/``goal`` state sets. A small tokenizer and a
+recursive-descent parser build a tree that is compiled once into closures; evaluation looks names
+up in a scope mapping. Anything malformed, too long or too deeply nested, or naming a name or
+function outside the allowed set, raises :class:`ConfigError` naming the field at parse time.
+
+Grammar (precedence as in Python, lowest first)::
+
+    or      := and (('or' | '||' | '|') and)*
+    and     := not (('and' | '&&' | '&') not)*
+    not     := ('not' | '!' | '~') not | compare
+    compare := sum (('<' | '<=' | '>' | '>=' | '==' | '!=') sum)*     # chained like Python
+    sum     := product (('+' | '-') product)*
+    product := unary (('*' | '/' | '%') unary)*
+    unary   := '-' unary | power
+    power   := postfix ('**' unary)?
+    postfix := atom ('[' or ']' | '.get' '(' or ',' or ')')*
+    atom    := NUMBER | STRING | true | false | NAME | FUNC '(' or (',' or)* ')' | '(' or ')'
+
+Functions: ``abs min max sqrt exp log sin cos tanh clip norm sum any all``. ``x[i]`` indexes an
+array (an index outside it is an :class:`EvalError`) or a mapping (a missing key is an
+:class:`EvalError` naming the key and the keys present); ``m.get(key, default)`` is the only way
+to say what a missing key means — the default must be written.
+
+The labels dialect (shield) tokenizes names with ``. : -`` inside them and allows only the boolean
+operators, ``true``/``false`` and parentheses; :func:`eval_labels` evaluates it vectorised over
+boolean arrays (the shield model's unsafe and goal sets).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from safecert.errors import ConfigError
+
+MAX_CHARS = 10_000
+MAX_DEPTH = 64  # a few Python frames per level: far below the recursion limit
+
+Dialect = Literal["full", "labels"]
+Scope = Mapping[str, Any]
+Compiled = Callable[[Scope], Any]
+
+_FULL_TOKEN = re.compile(
+    r"\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\"[^\"]*\"|'[^']*'|\*\*|<=|>=|==|!=|&&|\|\|"
+    r"|[-+*/%<>()\[\],.!~&|]|[A-Za-z_][A-Za-z0-9_]*)"
+)
+_LABEL_TOKEN = re.compile(r"\s*(\(|\)|&&|\|\||[&|!~]|[A-Za-z_][A-Za-z0-9_.:\-]*)")
+_OR, _AND, _NOT = ("or", "||", "|"), ("and", "&&", "&"), ("not", "!", "~")
+_COMPARE = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+def _safe_div(a: Any, b: Any) -> Any:
+    if np.ndim(b) == 0 and b == 0:
+        raise EvalError("division by zero")
+    return a / b
+
+
+def _safe_mod(a: Any, b: Any) -> Any:
+    if np.ndim(b) == 0 and b == 0:
+        raise EvalError("modulo by zero")
+    return a % b
+
+
+_ARITH: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": _safe_div,
+    "%": _safe_mod,
+}
+
+
+def _reduce(fn: Callable[..., Any], elementwise: Callable[..., Any]) -> Callable[..., Any]:
+    """``min(x)`` reduces an array; ``min(a, b, …)`` is elementwise."""
+
+    def call(*args: Any) -> Any:
+        if len(args) == 1:
+            return fn(np.asarray(args[0], dtype=float))
+        out = args[0]
+        for arg in args[1:]:
+            out = elementwise(out, arg)
+        return out
+
+    return call
+
+
+#: name → (function, allowed argument counts)
+FUNCTIONS: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
+    "abs": (np.abs, (1,)),
+    "min": (_reduce(np.min, np.minimum), (1, 2, 3, 4, 5, 6, 7, 8)),
+    "max": (_reduce(np.max, np.maximum), (1, 2, 3, 4, 5, 6, 7, 8)),
+    "sqrt": (np.sqrt, (1,)),
+    "exp": (np.exp, (1,)),
+    "log": (np.log, (1,)),
+    "sin": (np.sin, (1,)),
+    "cos": (np.cos, (1,)),
+    "tanh": (np.tanh, (1,)),
+    "clip": (np.clip, (3,)),
+    "norm": (lambda x: np.linalg.norm(np.asarray(x, dtype=float)), (1,)),
+    "sum": (lambda x: np.sum(np.asarray(x, dtype=float)), (1,)),
+    "any": (lambda x: bool(np.any(x)), (1,)),
+    "all": (lambda x: bool(np.all(x)), (1,)),
+}
+
+
+class EvalError(Exception):
+    """An expression could not be evaluated on this scope (a missing key, an index outside an
+    array, a division by zero); ``reason`` is one line naming what is missing and what exists."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = " ".join(str(reason).split())
+        super().__init__(self.reason)
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed expression: its ``text``, the ``names`` it reads, and its compiled evaluator."""
+
+    text: str
+    field: str
+    names: frozenset[str]
+    _run: Compiled
+    #: ``(name, literal)`` for every ``name[literal]`` written in the text (e.g. ``("info",
+    #: "cost")``, ``("obs", 3)``): what the expression may read, even on a branch not taken
+    subscripts: frozenset[tuple[str, Any]] = frozenset()
+
+    def evaluate(self, scope: Scope) -> Any:
+        """The value on ``scope`` (names → values); :class:`EvalError` when it cannot be had."""
+        try:
+            return self._run(scope)
+        except EvalError:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+            raise EvalError(f"{self.text!r}: {exc}") from None
+
+
+def parse(
+    text: str,
+    field: str,
+    *,
+    names: Iterable[str],
+    dialect: Dialect = "full",
+) -> Expression:
+    """Parse ``text`` into an :class:`Expression` over ``names`` (ConfigError on ``field``)."""
+    if not isinstance(text, str):
+        raise ConfigError(f"expected an expression string, got {type(text).__name__}", field=field)
+    if len(text) > MAX_CHARS:
+        raise ConfigError(f"expression longer than {MAX_CHARS} characters", field=field)
+    allowed = frozenset(names)
+    parser = _Parser(text, field, allowed, dialect)
+    run = parser.parse()
+    return Expression(text, field, frozenset(parser.used), run, frozenset(parser.subscripts))
+
+
+def eval_labels(text: str, names: dict[str, np.ndarray], field: str) -> np.ndarray:
+    """A boolean expression of the labels dialect over named boolean arrays (vectorised over
+    states) — the shield's ``unsafe``/``goal`` sets. Unknown names raise ConfigError on ``field``."""
+    expr = parse(text, field, names=names, dialect="labels")
+    shape = next(iter(names.values())).shape if names else (0,)
+    value = expr.evaluate(names)
+    return np.array(np.broadcast_to(np.asarray(value, dtype=bool), shape))
+
+
+def _truth(value: Any) -> Any:
+    """Python truth for scalars; elementwise truth for arrays with dimensions (the shield)."""
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        return value.astype(bool)
+    return bool(value)
+
+
+class _Parser:
+    def __init__(self, text: str, field: str, names: frozenset[str], dialect: Dialect) -> None:
+        self.text, self.field, self.names, self.dialect = text, field, names, dialect
+        self.toks = self._tokens()
+        self.pos = 0
+        self.depth = 0
+        self.used: set[str] = set()
+        self.subscripts: set[tuple[str, Any]] = set()
+
+    def error(self, message: str, fix: str | None = None) -> ConfigError:
+        return ConfigError(message, field=self.field, fix=fix)
+
+    def _tokens(self) -> list[str]:
+        pattern = _FULL_TOKEN if self.dialect == "full" else _LABEL_TOKEN
+        out, pos, text = [], 0, self.text.strip()
+        while pos < len(text):
+            m = pattern.match(text, pos)
+            if m is None:
+                raise self.error(
+                    f"cannot parse {text!r} at position {pos}",
+                    fix="use names, numbers, operators, parentheses"
+                    if self.dialect == "full"
+                    else "use names, and/or/not, parentheses",
+                )
+            out.append(m.group(1))
+            pos = m.end()
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        if not out:
+            raise self.error("empty expression", fix="write e.g. 'a and not b' or 'obs[0] > 1'")
+        return out
+
+    def peek(self) -> str | None:
+        return self.toks[self.pos] if self.pos < len(self.toks) else None
+
+    def take(self) -> str:
+        if self.pos >= len(self.toks):
+            raise self.error(f"{self.text!r} ends early", fix="complete the expression")
+        self.pos += 1
+        return self.toks[self.pos - 1]
+
+    def expect(self, tok: str) -> None:
+        got = self.peek()
+        if self.take() != tok:
+            raise self.error(f"expected {tok!r}, found {got!r} in {self.text!r}")
+
+    def parse(self) -> Compiled:
+        run = self.p_or()
+        if self.pos != len(self.toks):
+            raise self.error(f"unexpected {self.toks[self.pos]!r} in {self.text!r}")
+        return run
+
+    def nested(self, parse: Callable[[], Compiled]) -> Compiled:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error(f"expression nested deeper than {MAX_DEPTH}")
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
+
+    def p_or(self) -> Compiled:
+        parts = [self.p_and()]
+        while self.peek() in _OR:
+            self.take()
+            parts.append(self.p_and())
+        return parts[0] if len(parts) == 1 else _bool_op(parts, is_and=False)
+
+    def p_and(self) -> Compiled:
+        parts = [self.p_not()]
+        while self.peek() in _AND:
+            self.take()
+            parts.append(self.p_not())
+        return parts[0] if len(parts) == 1 else _bool_op(parts, is_and=True)
+
+    def p_not(self) -> Compiled:
+        if self.peek() in _NOT:
+            self.take()
+            inner = self.nested(self.p_not)
+
+            def negate(scope: Scope) -> Any:
+                value = _truth(inner(scope))
+                return ~value if isinstance(value, np.ndarray) else not value
+
+            return negate
+        return self.p_compare() if self.dialect == "full" else self.atom()
+
+    def p_compare(self) -> Compiled:
+        first = self.p_sum()
+        ops: list[tuple[Callable[[Any, Any], Any], Compiled]] = []
+        while self.peek() in _COMPARE:
+            ops.append((_COMPARE[self.take()], self.p_sum()))
+        if not ops:
+            return first
+
+        def compare(scope: Scope) -> Any:
+            left = first(scope)
+            result: Any = True
+            for op, right_run in ops:
+                right = right_run(scope)
+                result = (
+                    result & op(left, right)
+                    if np.ndim(left) or np.ndim(right)
+                    else (result and bool(op(left, right)))
+                )
+                left = right
+            return result
+
+        return compare
+
+    def _binary_chain(self, sub: Callable[[], Compiled], table: dict[str, Any]) -> Compiled:
+        run = sub()
+        while self.peek() in table:
+            fn, left, right = table[self.take()], run, sub()
+            run = _binary(fn, left, right)
+        return run
+
+    def p_sum(self) -> Compiled:
+        return self._binary_chain(self.p_product, {"+": _ARITH["+"], "-": _ARITH["-"]})
+
+    def p_product(self) -> Compiled:
+        return self._binary_chain(
+            self.p_unary, {"*": _ARITH["*"], "/": _ARITH["/"], "%": _ARITH["%"]}
+        )
+
+    def p_unary(self) -> Compiled:
+        if self.peek() == "-":
+            self.take()
+            inner = self.nested(self.p_unary)
+            return lambda scope: -inner(scope)
+        if self.peek() == "+":
+            self.take()
+            return self.nested(self.p_unary)
+        base = self.p_postfix()
+        if self.peek() == "**":
+            self.take()
+            exponent = self.nested(self.p_unary)
+            return _binary(lambda a, b: np.power(np.asarray(a, dtype=float), b), base, exponent)
+        return base
+
+    def p_postfix(self) -> Compiled:
+        run = self.atom()
+        while self.peek() in ("[", "."):
+            if self.take() == "[":
+                start = self.pos
+                owner, index = run, self.nested(self.p_or)
+                self.expect("]")
+                literal = self.toks[start] if self.pos - start == 2 else None
+                if literal is not None and hasattr(owner, "label") and owner.label in self.names:
+                    value = literal[1:-1] if literal[0] in "\"'" else _int_or_none(literal)
+                    if value is not None:
+                        self.subscripts.add((owner.label, value))
+                run = _subscript(owner, index, self._describe(owner))
+            else:
+                method = self.take()
+                if method != "get":
+                    raise self.error(
+                        f"unknown method {method!r} in {self.text!r}",
+                        fix='only m.get(key, default) is allowed, e.g. info.get("cost", 0)',
+                    )
+                self.expect("(")
+                key = self.nested(self.p_or)
+                if self.peek() != ",":
+                    raise self.error(
+                        f"get() needs a default in {self.text!r}",
+                        fix='write the default out, e.g. info.get("cost", 0)',
+                    )
+                self.take()
+                default = self.nested(self.p_or)
+                self.expect(")")
+                run = _get(run, key, default)
+        return run
+
+    def _describe(self, run: Compiled) -> str:
+        return getattr(run, "label", "value")
+
+    def atom(self) -> Compiled:
+        tok = self.take()
+        if tok == "(":
+            run = self.nested(self.p_or)
+            if self.take() != ")":
+                raise self.error(f"missing ')' in {self.text!r}")
+            return run
+        if tok in ("true", "True", "false", "False"):
+            value = tok in ("true", "True")
+            return lambda scope: value
+        if self.dialect == "full":
+            if tok[0].isdigit() or tok[0] == ".":
+                number = float(tok)
+                return lambda scope: number
+            if tok[0] in "\"'":
+                string = tok[1:-1]
+                return lambda scope: string
+            if tok in FUNCTIONS and self.peek() == "(":
+                return self.call(tok)
+        if tok in self.names:
+            self.used.add(tok)
+
+            def lookup(scope: Scope, name: str = tok) -> Any:
+                try:
+                    return scope[name]
+                except KeyError:
+                    raise EvalError(f"{name} is not available here") from None
+
+            lookup.label = tok  # type: ignore[attr-defined]
+            return lookup
+        if self.dialect == "full" and not re.fullmatch(r"[A-Za-z_]\w*", tok):
+            raise self.error(f"unexpected {tok!r} in {self.text!r}")
+        allowed = ", ".join(sorted(self.names)[:20])
+        functions = f"; functions: {', '.join(FUNCTIONS)}" if self.dialect == "full" else ""
+        raise self.error(
+            f"unknown name {tok!r} in {self.text!r}", fix=f"use one of: {allowed}" + functions
+        )
+
+    def call(self, name: str) -> Compiled:
+        fn, arities = FUNCTIONS[name]
+        self.expect("(")
+        args = [self.nested(self.p_or)]
+        while self.peek() == ",":
+            self.take()
+            args.append(self.nested(self.p_or))
+        self.expect(")")
+        if len(args) not in arities:
+            raise self.error(
+                f"{name}() takes {' or '.join(map(str, arities[:2]))} argument(s), "
+                f"got {len(args)} in {self.text!r}"
+            )
+        return lambda scope: fn(*(a(scope) for a in args))
+
+
+def _int_or_none(token: str) -> int | None:
+    try:
+        return int(token)
+    except ValueError:
+        return None
+
+
+def _bool_op(parts: list[Compiled], *, is_and: bool) -> Compiled:
+    def run(scope: Scope) -> Any:
+        value = _truth(parts[0](scope))
+        for part in parts[1:]:
+            if not isinstance(value, np.ndarray) and value != is_and:
+                return value  # short-circuit, as Python does
+            other = _truth(part(scope))
+            if isinstance(value, np.ndarray) or isinstance(other, np.ndarray):
+                value = np.logical_and(value, other) if is_and else np.logical_or(value, other)
+            else:
+                value = other
+        return value
+
+    return run
+
+
+def _binary(fn: Callable[[Any, Any], Any], left: Compiled, right: Compiled) -> Compiled:
+    return lambda scope: fn(left(scope), right(scope))
+
+
+def _subscript(owner: Compiled, index: Compiled, label: str) -> Compiled:
+    def run(scope: Scope) -> Any:
+        obj, key = owner(scope), index(scope)
+        if isinstance(obj, Mapping):
+            if key not in obj:
+                present = ", ".join(sorted(map(str, obj))[:20]) or "none"
+                raise EvalError(f"{label} has no key {key!r} (keys present: {present})")
+            return obj[key]
+        if isinstance(key, str):
+            raise EvalError(f"{label} is not a mapping: cannot index it with {key!r}")
+        arr = np.asarray(obj)
+        if not isinstance(key, int | float | np.integer | np.floating) or float(key) != int(key):
+            raise EvalError(f"{label}[{key!r}]: an index must be a whole number")
+        i = int(key)
+        if arr.ndim == 0 or not -arr.shape[0] <= i < arr.shape[0]:
+            raise EvalError(f"{label}[{i}] is out of range ({label} has shape {arr.shape})")
+        return arr[i]
+
+    run.label = f"{label}[…]"  # type: ignore[attr-defined]
+    return run
+
+
+def _get(owner: Compiled, key: Compiled, default: Compiled) -> Compiled:
+    def run(scope: Scope) -> Any:
+        obj = owner(scope)
+        if not isinstance(obj, Mapping):
+            raise EvalError(f"get() needs a mapping, got {type(obj).__name__}")
+        k = key(scope)
+        return obj[k] if k in obj else default(scope)
+
+    return run
+
+
+def as_number(value: Any, what: str) -> float:
+    """A finite float from a scalar expression value (booleans count 1/0); EvalError otherwise."""
+    arr = np.asarray(value)
+    if arr.ndim != 0 or arr.dtype.kind not in "biuf":
+        raise EvalError(f"{what} must be one number, got {arr.tolist()!r}")
+    number = float(arr)
+    if not math.isfinite(number):
+        raise EvalError(f"{what} is not finite ({number})")
+    return number

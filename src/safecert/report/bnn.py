@@ -1,0 +1,125 @@
+"""``report.html`` of a BNN certificate, from the certificate and the evidence beside it.
+
+Sections: verdict and claim; the invariant figure (``invariant.png``, the engine's picture of
+``g = 0`` over the closed-loop field with X0 and Xu drawn, embedded; for systems with more than two
+state variables, or no invariant, the reason there is none); the three conditions of the last
+verifier answer; the ε search history (every ε tried, in order, with its verdict); the
+counterexamples CEGIS met; runtimes; facts panel.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safecert.bnn.result import CounterexampleOutcome
+from safecert.certificate import BnnCertificate
+from safecert.report.facts import claim, facts_html
+from safecert.report.html import embed_png, esc, page, table, verdict_badge
+
+PLOT_FILE = "invariant.png"
+
+
+def _outcome(value: str | CounterexampleOutcome) -> tuple[str, str]:
+    """(text, status word) of one condition's outcome."""
+    if isinstance(value, str):
+        return value, "PASS" if value == "infeasible" else "UNKNOWN"
+    return f"counterexample {value.counterexample.model_dump(mode='json')}", "FAIL"
+
+
+def _sets(cert: BnnCertificate) -> str:
+    """X0, Xu and the box B as the parameters declare them (Xu may lie outside the drawn box)."""
+    sets = cert.parameters.get("sets")
+    if not isinstance(sets, dict):
+        return "<p class='note' id='sets'>The parameters state no [sets] table.</p>"
+
+    def shown(value: object) -> str:
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if v is not None}
+        return esc(json.dumps(value, sort_keys=True))
+
+    items = "".join(
+        f"<li><b>{name}</b>: <code>{shown(sets.get(key))}</code></li>"
+        for name, key in (("B (verification box)", "domain"), ("X0", "initial"), ("Xu", "unsafe"))
+    )
+    return (
+        f"<ul id='sets'>{items}</ul><p class='note'>An Xu given as <code>outside</code> B lies "
+        "beyond the drawn box: its edge is the picture's frame.</p>"
+    )
+
+
+def _figure(cert: BnnCertificate, folder: Path) -> str:
+    path = folder / PLOT_FILE
+    if path.is_file():
+        return (
+            "<h2>Invariant</h2>"
+            + embed_png(
+                path, "invariant g = 0 (green Inv), X0 (blue), Xu (hatched red), counterexamples"
+            )
+            + _sets(cert)
+        )
+    reason = (
+        "no invariant was found (nothing to draw)"
+        if cert.result.invariant is None
+        else "the system is not a 2-D continuous one: no planar picture"
+    )
+    return (
+        f"<h2>Invariant</h2><p class='note' id='no-figure'>No figure: {esc(reason)}.</p>"
+        + _sets(cert)
+    )
+
+
+def render_bnn_report(cert: BnnCertificate, cert_path: Path) -> str:
+    """The HTML page of a BNN certificate (module docstring)."""
+    r = cert.result
+    checks = [
+        [name, *_outcome(getattr(r.checks, name))] for name in ("closure", "initial", "unsafe")
+    ]
+    search = [
+        [
+            str(i),
+            f"{row.epsilon:g}",
+            row.unit,
+            row.verdict,
+            row.reason,
+            str(row.iterations),
+            f"{row.runtime_s:.2f}",
+        ]
+        for i, row in enumerate(r.search)
+    ]
+    counter = [
+        [c.condition, str(c.x), "—" if c.x_next is None else str(c.x_next)]
+        for c in r.counterexamples
+    ]
+    runtimes = (
+        [[k, f"{v:.3f}"] for k, v in r.runtimes_s.model_dump().items()] if r.runtimes_s else []
+    )
+    body = [
+        f"<h1>safecert BNN certificate: {esc(r.system)}</h1>",
+        verdict_badge(cert.verdict),
+        f"<p class='claim' id='claim'>{esc(claim(cert))}</p>",
+        _figure(cert, Path(cert_path).parent),
+        table(
+            ["condition", "outcome", "status"],
+            checks,
+            title="Conditions of the last verifier answer (SAFE needs all three infeasible)",
+            attrs="id='checks'",
+        ),
+        table(
+            ["#", "ε", "unit", "verdict", "reason", "iterations", "runtime s"],
+            search,
+            title=f"ε search history ({len(search)} tried, in order)",
+            sortable=True,
+            attrs="id='search'",
+        ),
+        table(
+            ["condition", "x", "x'"],
+            counter,
+            title=f"Counterexamples met during CEGIS ({len(counter)}; the final invariant "
+            "excludes each)",
+            attrs="id='counterexamples'",
+        ),
+        table(["clock", "seconds"], runtimes, title="Runtimes (descriptive, not re-derived)"),
+        facts_html(cert, cert_path),
+    ]
+    return page(f"safecert bnn: {cert.verdict}", "".join(body))

@@ -1,0 +1,455 @@
+"""One guarded agent session: the certified shield enforced call by call (paper Sec. II, Thm. 1).
+
+Thm. 1 certifies the composite controller π ⊳ D: every *executed* call lies in D(φ(h)) for the
+history h it executed after, the episode starts in s0 and lasts at most T executed calls. A
+:class:`GuardSession` makes exactly that true for one session of any agent (an MCP client through
+:mod:`safecert.shield.gateway`, plain Python tools through :mod:`safecert.shield.adapters`):
+
+* **atomic**: the check and the execution are one step — :meth:`GuardSession.call` holds the
+  session's own lock from the check until the executed call is recorded, so a call is executed in
+  exactly the state it was checked in (the gateway holds an equivalent per-session async lock);
+* **s0**: the session's state starts at ``φ([])``, which must be the model's initial state, else
+  every call is blocked with the reason;
+* **horizon**: after T executed calls every call but halt is blocked;
+* **fail closed**: ``φ`` and the action map run in their own thread with a deadline
+  (``timeout_s``); an exception, a timeout, an unknown state or action blocks the call. A hung ``φ``
+  holds only its own session's lock, and only until its deadline — no lock shared between sessions
+  is ever held while ``φ``, the action map or a tool runs;
+* **refusals**: under ``ask_again`` the 4th consecutive refusal ends the session (halt); under
+  ``halt`` the first does.
+
+Every decision goes to the audit log; every executed call goes to the steps log in exactly the
+format ``safecert shield certify/synthesize --logs`` reads (episode = session), so deployment logs
+re-certify the shield they ran under.
+
+``history`` (what ``φ`` receives) is the list of executed calls, each
+``{"tool", "arguments", "result", "action"}`` (copies taken when the call executed; φ must treat
+them as read-only); ``φ`` returns a state label or a dict of predicate values, as in the logs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from safecert.errors import SafecertError
+from safecert.shield.certified import CertifiedShield
+from safecert.shield.deadline import DeadlineExceeded, call_with_deadline
+from safecert.shield.guard import MAX_REFUSALS, permitted_actions
+from safecert.shield.model import ShieldModel
+
+OnBlock = Literal["ask_again", "halt"]
+ON_BLOCK: tuple[OnBlock, ...] = ("ask_again", "halt")
+BLOCKED_PREFIX = "blocked by shield"
+
+
+def decode_result(value: Any) -> Any:
+    """A tool result as φ sees it: JSON when the text is JSON, else the text itself."""
+    if isinstance(value, list):  # content parts
+        value = "".join(p.get("text", "") for p in value if isinstance(p, dict))
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Abstraction:
+    """φ and the action map of a deployment, bound to a model, each run under a deadline.
+
+    ``phi(history) -> state`` (a label or a dict of predicate values); ``action_map(tool,
+    arguments) -> action`` (default: the tool's name). :meth:`state` and :meth:`action` return model
+    labels or raise :class:`AbstractionFailed` with the reason — the same code path for the
+    gateway, the adapters and ``safecert shield ingest``."""
+
+    model: ShieldModel
+    phi: Callable[[list[dict[str, Any]]], object]
+    action_map: Callable[[str, dict[str, Any]], object] | None = None
+    timeout_s: float = 2.0
+
+    def state(self, history: list[dict[str, Any]]) -> int:
+        """Index of φ(history) in the model."""
+        try:
+            value = call_with_deadline(self.phi, (list(history),), self.timeout_s)
+        except Exception as exc:
+            raise AbstractionFailed(f"abstraction failed ({_why(exc)})") from None
+        try:
+            return self.model.state_index(value, field="abstraction")
+        except SafecertError as exc:
+            raise AbstractionFailed(
+                f"abstraction returned a state outside the model ({exc})"
+            ) from None
+
+    def action(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The model action of a tool call."""
+        if self.action_map is None:
+            value: object = tool
+        else:
+            try:
+                value = call_with_deadline(
+                    self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
+                )
+            except Exception as exc:
+                raise AbstractionFailed(f"action map failed ({_why(exc)})") from None
+        if not isinstance(value, str) or value not in self.model.actions:
+            raise AbstractionFailed(f"unknown action {value!r} for tool {tool!r}")
+        return value
+
+
+class AbstractionFailed(Exception):
+    """φ or the action map failed, timed out or answered outside the model (the call is blocked)."""
+
+
+class JsonlSink:
+    """An append-only JSON Lines file shared by sessions: one short lock around each write."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The guard's verdict on one proposed call.
+
+    ``action``/``state`` are ``None`` when they could not be determined (then the call is
+    blocked); ``permitted`` is D(state) (empty once the session ended); ``ends_session`` says the
+    session is over after this decision (halt, a refusal limit, the ``halt`` policy)."""
+
+    allowed: bool
+    tool: str
+    action: str | None
+    state: str | None
+    permitted: tuple[str, ...]
+    reason: str = ""
+    ends_session: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_halt(self) -> bool:
+        return self.allowed and self.ends_session
+
+    def message(self) -> str:
+        """What a blocked call returns to the agent: begins ``blocked by shield``."""
+        return (
+            f"{BLOCKED_PREFIX}: {self.reason}; permitted actions: "
+            f"{', '.join(self.permitted) if self.permitted else 'none (session ended)'}"
+        )
+
+
+@dataclass
+class GuardSession:
+    """The shield enforced on one session (module docstring). Thin and stateful: the history, the
+    current state, the executed-call count and the refusal streak.
+
+    :meth:`call` (threads) and :meth:`acall` (async) are the atomic entry points;
+    :meth:`decide` and :meth:`commit` are their two halves, to be called only under the session's
+    lock. A session is used either from threads or from one event loop, not both at once."""
+
+    shield: CertifiedShield
+    abstraction: Abstraction
+    on_block: OnBlock = "ask_again"
+    steps_log: JsonlSink | None = None
+    audit_log: JsonlSink | None = None
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _alock: Any = field(default=None, repr=False)
+    _state: int | None = None
+    _ended: str | None = None
+    _refusals: int = 0
+
+    @property
+    def steps(self) -> int:
+        """Executed calls so far (halt not counted)."""
+        return len(self.history)
+
+    @property
+    def ended(self) -> str | None:
+        """Why the session ended, or ``None`` while it runs."""
+        return self._ended
+
+    @property
+    def halt(self) -> str:
+        return self.shield.halt
+
+    def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        execute: Callable[[], Any],
+        *,
+        available: bool = True,
+    ) -> Any:
+        """Check ``tool(arguments)`` and, if permitted, run ``execute()`` and record it — all under
+        this session's lock. Returns ``execute()``'s value, or the blocking :class:`Decision`.
+        An exception from ``execute`` counts as an executed call (its text is the result) and is
+        re-raised. ``available=False`` (no such tool) blocks the call like a forbidden one."""
+        with self.lock:
+            decision = self.decide(tool, arguments, available=available)
+            if not decision.allowed or decision.is_halt:
+                return decision
+            try:
+                result = execute()
+            except Exception as exc:
+                self.commit(decision, f"error: {_why(exc)}")
+                raise
+            self.commit(decision, decode_result(result))
+            return result
+
+    async def acall(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        execute: Callable[[], Awaitable[Any]],
+        *,
+        result_value: Callable[[Any], Any] = decode_result,
+        timeout_s: float | None = None,
+        available: bool = True,
+    ) -> Any:
+        """:meth:`call` for async tools (the MCP gateway, the OpenAI Agents SDK adapter): the
+        session's async lock is held from the decision until the call is recorded; ``φ`` and the
+        action map run in worker threads, so the event loop and every other session go on.
+        ``result_value`` turns the tool's return value into what φ sees. If ``execute`` raises or
+        passes ``timeout_s``, whether it executed is unknown: the session ends and the exception
+        is re-raised (``TimeoutError`` on the deadline)."""
+        import anyio
+
+        if self._alock is None:
+            self._alock = anyio.Lock()
+        async with self._alock:
+            decision = await anyio.to_thread.run_sync(
+                lambda: self.decide(tool, arguments, available=available)
+            )
+            if not decision.allowed or decision.is_halt:
+                return decision
+            try:
+                with anyio.fail_after(timeout_s):
+                    result = await execute()
+            except BaseException as exc:
+                why = "timed out" if isinstance(exc, TimeoutError) else _why(exc)
+                self.end(f"{tool!r} failed ({why}); the state after it is unknown")
+                raise
+            await anyio.to_thread.run_sync(self.commit, decision, result_value(result))
+            return result
+
+    # -- the two halves ------------------------------------------------------------------------
+
+    def decide(self, tool: str, arguments: dict[str, Any], *, available: bool = True) -> Decision:
+        """The decision on one proposed call; the caller holds the session lock. A permitted halt
+        ends the session here (it is never executed by a tool); a tool that does not exist
+        (``available=False``) is blocked."""
+        decision = self._decide(tool, arguments, available)
+        decision = replace(decision, arguments=copy.deepcopy(arguments))
+        if not decision.allowed and not decision.ends_session and self._ended is None:
+            self._refusals += 1
+            if self.on_block == "halt" or self._refusals >= MAX_REFUSALS:
+                why = "the halt policy" if self.on_block == "halt" else f"{MAX_REFUSALS} refusals"
+                decision = replace(
+                    decision, reason=f"{decision.reason}; session halted after {why}",
+                    ends_session=True,
+                )  # fmt: skip
+        if decision.ends_session:
+            self._end(decision.reason or "halt")
+        self._audit(decision)
+        return decision
+
+    def commit(self, decision: Decision, result: Any) -> None:
+        """Record the executed call of a permitted ``decision`` and move to φ of the new history;
+        the caller holds the session lock. If φ fails now the session ends (the next state is
+        unknown, so nothing more may run) and the step is not logged (it has no next_state)."""
+        assert decision.allowed and decision.action is not None and self._state is not None
+        before = self._state
+        self.history.append(
+            {
+                "tool": decision.tool,
+                "arguments": decision.arguments,  # a deep copy taken at decision time
+                "result": copy.deepcopy(result),
+                "action": decision.action,
+            }
+        )
+        self._refusals = 0
+        try:
+            after = self.abstraction.state(self.history)
+        except AbstractionFailed as exc:
+            self._state = None  # unknown: no halt line either (it would invent a transition)
+            self._end(f"{exc} after an executed call; step {self.steps - 1} not logged")
+            self._audit_event("ended", str(exc))
+            return
+        self._state = after
+        if self.steps_log is not None:
+            model = self.shield.model
+            self.steps_log.write(
+                {
+                    "episode": self.session_id,
+                    "t": self.steps - 1,
+                    "state": model.state_repr(before),
+                    "action": decision.action,
+                    "next_state": model.state_repr(after),
+                }
+            )
+
+    def end(self, reason: str) -> None:
+        """End the session from outside because its state is unknown (e.g. the upstream failed
+        mid-call); every later call is blocked and no halt step is logged."""
+        self._state = None
+        self._end(reason)
+        self._audit_event("ended", reason)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _decide(self, tool: str, arguments: dict[str, Any], available: bool) -> Decision:
+        model = self.shield.model
+        if self._ended is not None:
+            return Decision(False, tool, None, self._label(), (), f"session ended ({self._ended})")
+        if tool == self.halt:
+            return Decision(True, tool, self.halt, self._label(), (), "halt", ends_session=True)
+        if self._state is None:
+            try:
+                s0 = self.abstraction.state([])
+            except AbstractionFailed as exc:
+                return Decision(False, tool, None, None, (self.halt,), str(exc))
+            if s0 != model.initial:
+                reason = (
+                    f"the session starts in {model.labels[s0]}, not the certified initial state "
+                    f"{model.labels[model.initial]}"
+                )
+                return Decision(
+                    False, tool, None, model.labels[s0], (self.halt,), reason, ends_session=True
+                )
+            self._state = s0
+        state = model.labels[self._state]
+        permitted = tuple(sorted(permitted_actions(self.shield.table, state, self.halt)))
+        if self.steps >= self.shield.horizon:
+            reason = f"the certified horizon T = {self.shield.horizon} executed calls is reached"
+            return Decision(False, tool, None, state, (self.halt,), reason)
+        if not available:
+            return Decision(False, tool, None, state, permitted, f"no tool named {tool!r}")
+        try:
+            action = self.abstraction.action(tool, arguments)
+        except AbstractionFailed as exc:
+            return Decision(False, tool, None, state, permitted, str(exc))
+        if action == self.halt:
+            return Decision(True, tool, action, state, (), "halt", ends_session=True)
+        if action not in permitted:
+            reason = f"{action!r} (tool {tool!r}) is forbidden in state {state}"
+            return Decision(False, tool, action, state, permitted, reason)
+        return Decision(True, tool, action, state, permitted)
+
+    def _label(self) -> str | None:
+        return None if self._state is None else self.shield.model.labels[self._state]
+
+    def _end(self, reason: str) -> None:
+        if self._ended is not None:
+            return
+        self._ended = reason
+        if self.steps_log is not None and self._state is not None:
+            model = self.shield.model
+            if not model.unsafe[self._state]:
+                self.steps_log.write(
+                    {
+                        "episode": self.session_id,
+                        "t": self.steps,
+                        "state": model.state_repr(self._state),
+                        "action": self.halt,
+                    }
+                )
+
+    def _audit(self, d: Decision) -> None:
+        if self.audit_log is not None:
+            self.audit_log.write(
+                {
+                    "time": time.time(),
+                    "session": self.session_id,
+                    "state": d.state,
+                    "tool": d.tool,
+                    "action": d.action,
+                    "allowed": d.allowed,
+                    "reason": d.reason,
+                    "ends_session": d.ends_session,
+                    "executed_calls": self.steps,
+                }
+            )
+
+    def _audit_event(self, event: str, reason: str) -> None:
+        if self.audit_log is not None:
+            self.audit_log.write(
+                {"time": time.time(), "session": self.session_id, "event": event, "reason": reason}
+            )
+
+
+def load_callable(spec: str, option: str) -> Callable[..., Any]:
+    """``MODULE:FUNC`` resolved from the working directory or PYTHONPATH (one-line error)."""
+    import importlib
+    import sys
+
+    from safecert.errors import ConfigError
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"expected MODULE:FUNC, got {spec!r}", field=option)
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(
+            f"cannot import {module_name!r} ({_why(exc)})",
+            field=option,
+            fix="run from the module's folder or add it to PYTHONPATH",
+        ) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"{module_name!r} has no callable {attr!r}", field=option)
+    return fn
+
+
+def check_timeout(timeout_s: float, option: str = "--timeout") -> float:
+    """A deadline in seconds: finite, in (0, 3600]."""
+    from safecert.errors import ConfigError
+
+    if not 0 < timeout_s <= 3600:  # also rejects nan and inf
+        raise ConfigError(f"must be in (0, 3600] seconds, got {timeout_s}", field=option)
+    return timeout_s
+
+
+__all__ = [
+    "BLOCKED_PREFIX",
+    "ON_BLOCK",
+    "Abstraction",
+    "AbstractionFailed",
+    "Decision",
+    "DeadlineExceeded",
+    "GuardSession",
+    "JsonlSink",
+    "call_with_deadline",
+    "check_timeout",
+    "decode_result",
+    "load_callable",
+]

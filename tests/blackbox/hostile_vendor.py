@@ -1,0 +1,137 @@
+"""A hostile CartPole vendor for the deadline and process tests (run as a program, not imported).
+
+exec mode (default): newline-delimited JSON on stdin/stdout, like examples/vendors/exec_vendor.py.
+  --fork       at start, leave behind a ``setsid`` child and a double-forked daemon (its parent
+               exits at once), both sleeping forever
+  --drip S     after --drip-after replies, write each reply one byte every S seconds
+  --hang       after --drip-after replies, never answer
+  --flood      after --drip-after replies, write bytes without end (no newline)
+http mode (--http): a real HTTP server on 127.0.0.1 (ephemeral port); prints ``listening on URL``;
+  --drip S     after --drip-after requests, send each response one byte every S seconds
+  --endless    with --drip: the body never ends (a huge Content-Length, bytes trickling forever)
+  --flood      after --drip-after requests, a body without end, as fast as the socket takes it
+--ppid-file F appends the vendor's parent pid to F. Every process it starts carries ``--tag`` on its command line, so tests find them in /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def actions(body: bytes) -> bytes:
+    obs = json.loads(body)["observations"]
+    acts = [[int(o[2] + 0.5 * o[3] > 0)] for o in obs]
+    return json.dumps({"actions": acts}).encode()
+
+
+def leave_children() -> None:
+    if os.fork() == 0:  # a setsid child: escapes the vendor's process group and session
+        os.setsid()
+        while True:
+            time.sleep(60)
+    if os.fork() == 0:  # a classic daemon: setsid, fork again, the middle process exits
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                time.sleep(60)
+        os._exit(0)
+
+
+def drip(write, data: bytes, pause: float) -> None:
+    for i in range(len(data)):
+        write(data[i : i + 1])
+        time.sleep(pause)
+
+
+def serve_exec(args: argparse.Namespace) -> None:
+    if args.ppid_file:
+        with open(args.ppid_file, "a") as fh:
+            fh.write(f"{os.getppid()}\n")
+    if args.fork:
+        leave_children()
+    out = sys.stdout.buffer
+    for n, line in enumerate(sys.stdin.buffer):
+        reply = actions(line) + b"\n"
+        slow = n >= args.drip_after
+        if slow and args.hang:
+            while True:
+                time.sleep(60)
+        if slow and args.flood:
+            while True:
+                out.write(b"x" * (1 << 20))
+        if slow and args.drip:
+
+            def write(b: bytes) -> None:
+                out.write(b)
+                out.flush()
+
+            drip(write, reply, args.drip)
+        else:
+            out.write(reply)
+            out.flush()
+
+
+def serve_http(args: argparse.Namespace) -> None:
+    served = {"n": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            reply = actions(body)
+            slow = served["n"] >= args.drip_after
+            served["n"] += 1
+            length = 10**12 if (slow and (args.endless or args.flood)) else len(reply)
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+            data = head.encode() + reply
+
+            def write(b: bytes) -> None:
+                self.wfile.write(b)
+                self.wfile.flush()
+
+            try:
+                if slow and args.flood:
+                    write(head.encode())
+                    while True:
+                        write(b" " * (1 << 20))
+                if not (slow and args.drip):
+                    write(data)
+                    return
+                drip(write, data, args.drip)
+                while args.endless:
+                    drip(write, b" ", args.drip)
+            except OSError:
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--http", action="store_true")
+    ap.add_argument("--fork", action="store_true")
+    ap.add_argument("--drip", type=float, default=0.0)
+    ap.add_argument("--drip-after", type=int, default=0)
+    ap.add_argument("--hang", action="store_true")
+    ap.add_argument("--endless", action="store_true")
+    ap.add_argument("--flood", action="store_true")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--ppid-file", default="")
+    args = ap.parse_args()
+    serve_http(args) if args.http else serve_exec(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""No orphan processes: vendors and everything they start are killed and reaped — checked in /proc.
+
+The hostile vendor (tests/blackbox/hostile_vendor.py) leaves a ``setsid`` child and a double-forked
+daemon behind at every start; every process it makes carries a unique tag on its command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from safecert.blackbox.backends import LocalBackend, RunContext
+from safecert.blackbox.certify import plan_run
+from safecert.blackbox.config import RunConfig
+from safecert.blackbox.oracles import OracleFailure, parse_oracle_spec
+from tests.blackbox.hostile import (
+    VENDOR,
+    exec_oracle,
+    exec_policy,
+    http_vendor,
+    new_tag,
+    tagged,
+    wait_until,
+)
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+OBS = np.random.default_rng(0).normal(size=(2, 4))
+
+
+def test_close_kills_setsid_children_and_daemons():
+    tag = new_tag()
+    oracle = exec_oracle("--fork", "--tag", tag)
+    oracle.act(OBS)
+    assert wait_until(lambda: len(tagged(tag)) >= 3)  # vendor, setsid child, daemon
+    oracle.close()
+    assert tagged(tag) == []
+
+
+def test_timeout_and_restart_leave_nothing_behind():
+    tag = new_tag()
+    with exec_oracle("--fork", "--hang", "--drip-after", "1", "--tag", tag, timeout_s=0.5) as o:
+        o.act(OBS)
+        assert wait_until(lambda: len(tagged(tag)) >= 3)
+        first = set(tagged(tag))
+        with pytest.raises(OracleFailure, match="no complete reply"):
+            o.act(OBS)
+        assert not first & set(tagged(tag))  # the hung vendor and its escapees are gone
+        o.act(OBS)  # a fresh vendor (with fresh escapees)
+        assert o.restarts == 1
+    assert tagged(tag) == []
+
+
+def test_kill_minus_9_of_the_parent_kills_the_vendor():
+    tag = new_tag()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time, numpy as np
+                sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+                from tests.blackbox.hostile import exec_oracle
+                o = exec_oracle("--tag", {tag!r})
+                o.act(np.zeros((1, 4)))
+                print("ready", flush=True)
+                time.sleep(600)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert len(set(tagged(tag)) - {holder.pid}) == 1  # the -c script carries the tag too
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        assert wait_until(lambda: tagged(tag) == [], timeout=5.0)  # PR_SET_PDEATHSIG
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+CONFIG = """
+policy = "{policy}"
+env = "CartPole-v1"
+episodes = 3
+seed = 0
+max_steps = 20
+timeout_s = 1.0
+retries = 0
+{extra}
+[spec]
+budget = 0.0
+cost = "0"
+p_star = 0.5
+confidence = 0.9
+[kpis]
+return = {{ lower = 0.0, upper = 20.0 }}
+"""
+
+
+def test_certify_with_a_forking_dripping_exec_vendor_finishes_and_leaves_nothing(tmp_path):
+    """A real run: the vendor trickles every reply after its third (each such episode fails at
+    its deadline), forks escapees at every (re)start; ``workers = 1`` from the config is obeyed."""
+    tag, ppids = new_tag(), tmp_path / "ppids.txt"
+    policy = exec_policy("--fork", "--drip", "0.3", "--drip-after", "3", "--tag", tag)
+    policy += f" --ppid-file {ppids}"
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(policy=policy, extra="workers = 1"))
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safecert.cli.main",
+            "certify",
+            str(config),
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - start
+    assert proc.returncode == 1, err  # episodes end at the failed (trickled) calls
+    assert "Traceback" not in err
+    assert json.loads(out)["verdict"] == "FAIL"
+    assert took < 60, took
+    assert tagged(tag) == [], "vendor processes survived the run"
+    assert set(ppids.read_text().split()) == {str(proc.pid)}  # workers = 1: no pool processes
+
+
+def test_certify_with_a_dripping_http_vendor_is_bounded(tmp_path):
+    with http_vendor("--drip", "0.3", "--drip-after", "2") as url:
+        config = tmp_path / "run.toml"
+        config.write_text(CONFIG.format(policy=f"{url}/act", extra="workers = 1"))
+        start = time.monotonic()
+        result = run_cli("certify", str(config), "--out", str(tmp_path / "out"), timeout=120)
+        took = time.monotonic() - start
+    assert result.code == 1, result.stderr  # every episode ends at a failed call
+    assert "Traceback" not in result.stderr
+    assert took < 40, took
+
+
+def test_local_backend_takes_workers_from_the_config_unless_given():
+    cfg = RunConfig.model_validate(
+        {
+            "policy": "exec:python3 x",
+            "env": "CartPole-v1",
+            "episodes": 1,
+            "workers": 3,
+            "spec": {"budget": 0.0, "p_star": 0.5},
+        }
+    )
+    spec = parse_oracle_spec(exec_policy(), base_dir=VENDOR.parent)
+    ctx = RunContext(cfg, str(VENDOR.parent), ({},), None, spec)
+    with LocalBackend() as by_config:
+        by_config._open(ctx)
+        assert by_config.workers == 3
+    with LocalBackend(1) as by_option:
+        by_option._open(ctx)
+        assert by_option.workers == 1
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM in the middle
+    of a pool run (``workers = 2``): certify ends promptly, no traceback, no vendor left."""
+    tag = new_tag()
+    policy = exec_policy("--fork", "--drip", "0.3", "--drip-after", "2", "--tag", tag)
+    config = tmp_path / "run.toml"
+    config.write_text(
+        CONFIG.format(policy=policy, extra="workers = 2").replace("episodes = 3", "episodes = 40")
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safecert.cli.main",
+            "certify",
+            str(config),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        # the probe's vendor, then at least one pool worker's vendor with their escapees
+        assert wait_until(lambda: len(tagged(tag)) >= 6, timeout=60), tagged(tag)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert wait_until(lambda: tagged(tag) == [], timeout=5), tagged(tag)
+
+
+def test_a_library_pool_run_closes_its_vendors(tmp_path):
+    """Without the CLI (no subreaper, no sweep): the pool workers close their vendors — escapees
+    included — when the backend closes."""
+    tag = new_tag()
+    config = tmp_path / "run.toml"
+    config.write_text(
+        CONFIG.format(policy=exec_policy("--fork", "--tag", tag), extra="workers = 2")
+    )
+    plan = plan_run(config)
+    ctx = RunContext(
+        plan.config, str(plan.base_dir), plan.cells, (9.6, 2.0, 0.84, 2.0), plan.oracle
+    )
+    with LocalBackend(2, chunk_episodes=1) as backend:
+        records = list(backend.run(plan.all_jobs(), ctx))
+        assert len(records) == 3 and len(tagged(tag)) >= 3
+    assert wait_until(lambda: tagged(tag) == [], timeout=5), tagged(tag)
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rpartition(b")")[2].split()[1])
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_kill_minus_9_of_certify_leaves_no_hung_vendor(tmp_path, workers):
+    """``kill -9`` of ``safecert certify`` while its vendors hang (30 s deadline): the vendors die
+    with their parents — directly (``workers = 1``) or through the pool workers, which die with
+    the forkserver, which ends with certify (``workers = 2``)."""
+    tag = new_tag()
+    # 25 prompt replies per vendor process: certify's own checks (probe, one nominal episode)
+    # pass, and the hang comes inside the run
+    policy = exec_policy("--hang", "--drip-after", "25", "--tag", tag)
+    config = tmp_path / "run.toml"
+    body = CONFIG.format(policy=policy, extra=f"workers = {workers}")
+    config.write_text(body.replace("timeout_s = 1.0", "timeout_s = 30.0"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "safecert.cli.main",
+            "certify",
+            str(config),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def hanging_vendor() -> bool:  # a vendor of the pool (workers = 2) or of certify itself
+            parents = {_ppid(pid) for pid in tagged(tag)}
+            return any((p == proc.pid) == (workers == 1) for p in parents if p)
+
+        assert wait_until(hanging_vendor, timeout=60)
+        time.sleep(0.5)  # the vendor is now hanging inside a call
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: tagged(tag) == [], timeout=10), tagged(tag)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
-from safecert.bnn.dynamics import Benchmark, get_benchmark
+from safecert.bnn.dynamics import System
 from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.solvers import solve
 from safecert.bnn.spec import default_spec
+from safecert.bnn.system import get_benchmark
 from safecert.bnn.verifier import Verifier
 
 PAPER_EPS = {
@@ -39,7 +40,7 @@ HORIZON = {"lds": 100, "pend": 100, "car": 6}
 
 
 def mc_labels(
-    bench: Benchmark, policy: ReluNetwork, rng: np.random.Generator, n: int
+    bench: System, policy: ReluNetwork, rng: np.random.Generator, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """States of ``B`` labelled 1 when the mean-policy rollout never meets ``X_u`` (and stays in B)."""
     x = bench.box.sample(rng, n, bench.integer)
@@ -88,7 +89,7 @@ def run_config(verifier: Verifier, g: ReluNetwork, solver: str, first: bool, lim
 
 
 def sampled_closure_violations(
-    bench: Benchmark, box, g: ReluNetwork, rng: np.random.Generator, n: int = 100_000
+    bench: System, box, g: ReluNetwork, rng: np.random.Generator, n: int = 100_000
 ) -> tuple[int, int]:
     """Independent check of a closure proof: ``n`` states of ``Inv`` (from ``step_box``), a fresh
     uniform weight draw from the box per batch of 250; returns (violations, samples)."""

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import safecert.bnn.verifier as verifier_module
 from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
-from safecert.bnn.dynamics import get_benchmark
 from safecert.bnn.search import BnnProblem
 from safecert.bnn.spec import parse_epsilon
+from safecert.bnn.system import build_system
 
 _solve = verifier_module.solve
 CALLS = {"n": 0}
@@ -33,7 +33,9 @@ def _counting_solve(*args, **kwargs):  # the real solver, counted
 def run(system: str, eps: str, seed: int, strict: bool, limit: float) -> dict:
     cfg = benchmark_config(system, seed=seed, limits={"clock": "cpu", "per_epsilon_s": limit})
     mean, _ = load_policy_network(cfg, None)
-    problem = BnnProblem(get_benchmark(system), mean, bayesian_spec(cfg, mean), cfg)
+    problem = BnnProblem(
+        build_system(cfg.system, cfg.dynamics, cfg.sets), mean, bayesian_spec(cfg, mean), cfg
+    )
     problem.strict_closure = strict
     CALLS["n"] = 0
     c0, t0 = time.process_time(), time.perf_counter()

@@ -21,10 +21,12 @@ from tests.conftest import CliResult, run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bnn"
 EPS = "0.1sigma"
+SYSTEM = Path(__file__).resolve().parents[2] / "src" / "safecert" / "bnn" / "data"
+# the published code's X0 = 0.4 (the packaged lds_x04 tables, written into the config)
 FAST = f"""
 policy = "lds.npz"
-system = "lds"
 epsilon = "{EPS}"
+{(SYSTEM / "lds_x04.system.toml").read_text()}
 [data]
 bootstrap = false
 initial_samples = 300
@@ -52,7 +54,7 @@ def unknown_run(tmp_path_factory) -> Path:
     from safecert.bnn.config import benchmark_config
 
     cfg = benchmark_config(
-        "lds",
+        "lds_x04",
         epsilon="1sigma",
         data={"bootstrap": False, "initial_samples": 50, "unsafe_samples": 50},
         learner={"epochs": 1},

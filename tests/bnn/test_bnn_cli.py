@@ -12,7 +12,9 @@ from safecert.bnn.networks import load_policy
 from safecert.bnn.verifier import DEFAULT_MARGIN
 from safecert.document import sha256_file
 from safecert.errors import ConfigError
-from tests.bnn.conftest import EXAMPLE
+from tests.bnn.conftest import EXAMPLE, SYSTEM
+
+LDS_X04 = (SYSTEM / "lds_x04.system.toml").read_text()
 
 
 def test_verify_writes_a_safe_certificate_and_picture(lds_run):
@@ -69,6 +71,7 @@ def test_safecert_verify_rechecks_and_catches_tampering(lds_run, cli, tmp_path, 
         "epsilon",
         "acceptance_probability",
         "checks",
+        "reproof_solver",
         "sampled_conditions",
         "verdict",
     } <= set(names)
@@ -114,10 +117,10 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, field):
 
 def test_bad_config_keys_name_the_field(cli, tmp_path):
     cfg = tmp_path / "c.toml"
-    cfg.write_text('policy = "missing.npz"\nsystem = "lds"\n')
+    cfg.write_text(f'policy = "missing.npz"\n{LDS_X04}')
     res = cli("bnn", "verify", str(cfg), "--out", str(tmp_path / "o"))
     assert res.code == 2 and "policy" in res.stderr and "missing.npz" in res.stderr
-    cfg.write_text('policy = "x.npz"\nsystem = "lds"\n[limits]\nper_epsilon = 3\n')
+    cfg.write_text(f'policy = "x.npz"\n{LDS_X04}\n[limits]\nper_epsilon = 3\n')
     res = cli("bnn", "verify", str(cfg), "--out", str(tmp_path / "o"))
     assert res.code == 2 and "limits.per_epsilon" in res.stderr
 
@@ -145,7 +148,7 @@ def test_sign_key_signs_the_certificate(cli, tmp_path):
     cfg = tmp_path / "c.toml"
     shutil.copyfile(EXAMPLE / "lds.npz", tmp_path / "lds.npz")
     cfg.write_text(
-        'policy = "lds.npz"\nsystem = "lds"\n[search]\nenabled = true\n[limits]\ntotal_s = 1e-9\n'
+        f'policy = "lds.npz"\n{LDS_X04}\n[search]\nenabled = true\n[limits]\ntotal_s = 1e-9\n'
     )
     out = tmp_path / "o"
     res = cli("bnn", "verify", str(cfg), "--out", str(out), "--sign-key", str(key), "--json")
@@ -155,3 +158,71 @@ def test_sign_key_signs_the_certificate(cli, tmp_path):
     assert ok.code == 0 and ok.json()["ok"], ok.stdout + ok.stderr
     bad = cli("bnn", "verify", str(cfg), "--out", str(out), "--sign-key", str(tmp_path / "nokey"))
     assert bad.code == 2 and "--sign-key" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _one_line_exit_2(res, *needles: str) -> None:
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert all(n in lines[0] for n in needles), lines[0]
+
+
+def test_truncated_npz_is_one_line(cli, tmp_path):
+    data = (EXAMPLE / "lds.npz").read_bytes()
+    (tmp_path / "lds.npz").write_bytes(data[: len(data) // 2])
+    (tmp_path / "c.toml").write_text(f'policy = "lds.npz"\n{LDS_X04}')
+    res = cli("bnn", "verify", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o"))
+    _one_line_exit_2(res, "policy", "lds.npz")
+
+
+def test_policy_that_does_not_fit_the_system_names_both_sizes(cli, tmp_path):
+    car = (SYSTEM / "car.system.toml").read_text()
+    shutil.copyfile(EXAMPLE / "lds.npz", tmp_path / "lds.npz")
+    (tmp_path / "c.toml").write_text(f'policy = "lds.npz"\n{car}')
+    res = cli("bnn", "verify", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o"))
+    _one_line_exit_2(res, "policy", "2 → 1", "3 → 3")
+    assert not (tmp_path / "o" / "certificate.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        ('uc = "clip(u, -1, 1)"', 'uc = "clip(u, -1, 1) * x"', "product of two variables"),
+        ('y = "y + 0.2 * uc"', 'y = "y + 0.2 * q"', "dynamics.next.y: unknown variable 'q'"),
+        ('uc = "clip(u, -1, 1)"', 'uc = "clip(u, -1)"', "dynamics.define.uc: clip takes 3"),
+        ("y = [-0.4, 0.4] } }", "y = [-0.4, 0.4], z = [0, 1] } }", "sets.initial.box.z"),
+        ('action = ["u"]', 'action = ["u", "w"]', "2 → 1"),
+    ],
+)
+def test_bad_system_tables_exit_2_naming_the_field(cli, tmp_path, old, new, needle):
+    assert old in LDS_X04
+    shutil.copyfile(EXAMPLE / "lds.npz", tmp_path / "lds.npz")
+    (tmp_path / "c.toml").write_text(f'policy = "lds.npz"\n{LDS_X04.replace(old, new)}')
+    res = cli("bnn", "verify", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o"))
+    _one_line_exit_2(res, needle)
+
+
+@pytest.mark.parametrize(
+    ("top", "table", "needle"),
+    [
+        ("seed = -1", "", "seed: Input should be greater than or equal to 0"),
+        (
+            "",
+            "[invariant]\nhidden = [100000000]",
+            "invariant.hidden.0: Input should be less than or equal to 4096",
+        ),
+        (
+            "",
+            "[data]\ninitial_samples = 1000000000000",
+            "data.initial_samples: Input should be less than or equal to 1000000",
+        ),
+        ("", "[limits]\nsolver_s = inf", "limits.solver_s: Input should be a finite number"),
+        ("", "[bayesian]\nsigma = nan", "bayesian.sigma"),
+        ("", "[search]\nbisection_steps = 1000", "search.bisection_steps"),
+    ],
+)
+def test_absurd_values_are_refused_at_the_door(tmp_path, top, table, needle):
+    """Issue 14: non-finite and absurd sizes are one line naming the key, before any work."""
+    (tmp_path / "c.toml").write_text(f'policy = "lds.npz"\n{top}\n{LDS_X04}\n{table}\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "c.toml")
+    assert needle in str(err.value) and "\n" not in str(err.value)

@@ -12,12 +12,12 @@ from safecert.bnn.cegis import (
     initial_data,
 )
 from safecert.bnn.config import bayesian_spec, benchmark_config, load_config, load_policy_network
-from safecert.bnn.dynamics import get_benchmark
 from safecert.bnn.learner import Learner, LearnerSettings, TrainingData
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy, closed_loop
 from safecert.bnn.search import BnnProblem
 from safecert.bnn.spec import parse_epsilon
+from safecert.bnn.system import build_system, get_benchmark
 from safecert.bnn.verifier import Proof, Verifier
 from safecert.certificate import read_certificate
 from tests.bnn.conftest import EPS
@@ -33,7 +33,8 @@ def certified(lds_run):
     the problem it solved, ε, its certificate and the invariant g it exported."""
     cfg = load_config(lds_run.folder / "run.toml")
     mean, _ = load_policy_network(cfg, lds_run.folder)
-    problem = BnnProblem(get_benchmark("lds"), mean, bayesian_spec(cfg, mean), cfg)
+    system = build_system(cfg.system, cfg.dynamics, cfg.sets)  # the run's, X0 = 0.4
+    problem = BnnProblem(system, mean, bayesian_spec(cfg, mean), cfg)
     cert = read_certificate(lds_run.certificate)
     assert cert.result.invariant is not None
     g = ReluNetwork.from_lists([layer.model_dump() for layer in cert.result.invariant.layers])

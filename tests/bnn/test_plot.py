@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safecert.bnn.dynamics import get_benchmark
 from safecert.bnn.networks import ReluNetwork, load_policy
 from safecert.bnn.plot import can_plot, plot_invariant
+from safecert.bnn.system import get_benchmark
 
 
 def _disk_like(r: float) -> ReluNetwork:

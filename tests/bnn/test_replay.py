@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from safecert.bnn.dynamics import Box, Polytope, car, lds
 from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.replay import (
     realise_weights,
@@ -14,7 +13,9 @@ from safecert.bnn.replay import (
     replay_unsafe,
     snap_state,
 )
+from safecert.bnn.sets import Box, Polytope
 from safecert.bnn.spec import BayesianSpec, default_spec
+from safecert.bnn.system import get_benchmark
 from tests.bnn._toy import pre_activations
 
 
@@ -40,7 +41,7 @@ def test_realised_weights_hit_reachable_targets_and_stay_in_the_box() -> None:
 
 
 def test_closure_replay_accepts_real_and_rejects_fake_violations() -> None:
-    bench = lds()
+    bench = get_benchmark("lds")
     net = load_policy("lds")
     box = default_spec("lds").box(net, "0sigma")
     g = ReluNetwork([(np.array([[1.0], [0.0]]), np.array([0.0]))])  # g(x) = x_0
@@ -53,18 +54,18 @@ def test_closure_replay_accepts_real_and_rejects_fake_violations() -> None:
 
 
 def test_initial_and_unsafe_replay() -> None:
-    bench = lds()
+    bench = get_benchmark("lds")
     g = ReluNetwork([(np.array([[1.0], [0.0]]), np.array([0.0]))])
-    assert replay_initial(bench, g, np.array([-0.3, 0.0])).ok
-    assert not replay_initial(bench, g, np.array([0.3, 0.0])).ok
+    assert replay_initial(bench, g, np.array([-0.3, 0.0]), 0).ok
+    assert not replay_initial(bench, g, np.array([0.3, 0.0]), 0).ok
     # a solver point 1e-9 short of the face x_0 = 1.2 is snapped onto it
-    rep = replay_unsafe(bench, g, np.array([1.2 - 1e-9, 0.3]), region=0)
+    rep = replay_unsafe(bench, g, np.array([1.2 - 1e-9, 0.3]), 0)
     assert rep.ok and rep.x[0] == 1.2
-    assert not replay_unsafe(bench, g, np.array([-1.2, 0.3]), region=1).ok
+    assert not replay_unsafe(bench, g, np.array([-1.2, 0.3]), 1).ok
 
 
 def test_snap_state_rounds_integer_states() -> None:
-    bench = car()
+    bench = get_benchmark("car")
     np.testing.assert_array_equal(
         snap_state(np.array([1.0000001, -2.0000002, 3.4999]), bench.box, True), [1, -2, 3]
     )

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safecert.bnn.dynamics import get_benchmark
 from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.replay import ReplayReport
 from safecert.bnn.solvers import Milp, solve
 from safecert.bnn.spec import WeightBox, default_spec
+from safecert.bnn.system import get_benchmark
 from safecert.bnn.verifier import Counterexample, Proof, Unknown, Verifier, decide
 from safecert.errors import ConfigError
 from tests.bnn._toy import l1_ball_invariant, toy

@@ -1,4 +1,4 @@
-"""Infinite-horizon safety of Bayesian neural-network policies (METHODS.md §4).
+"""Infinite-horizon safety of Bayesian neural-network policies (docs/methods.md).
 
 Modules: ``networks`` (ReLU networks, Bayesian spec, weight box), ``bounds`` (interval and LP
 bounds), ``encoding`` (MILP encodings), ``dynamics`` (the three benchmarks), ``solvers`` (HiGHS /

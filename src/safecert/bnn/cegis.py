@@ -1,4 +1,4 @@
-"""The learner–verifier loop of Alg. 1 (METHODS.md §4): learn a positive invariant for ``W_ε``.
+"""The learner–verifier loop of Alg. 1 (docs/methods.md): learn a positive invariant for ``W_ε``.
 
 Three typed parts, one loop:
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
-from safecert.bnn.dynamics import Benchmark
+from safecert.bnn.dynamics import System
 from safecert.bnn.learner import TrainingData
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import batched_forward, sample_box_weights
@@ -60,7 +60,7 @@ class SampledViolation:
     x_next: np.ndarray | None = None
 
 
-def absorb(data: TrainingData, bench: Benchmark, cex: Counterexample | SampledViolation) -> str:
+def absorb(data: TrainingData, bench: System, cex: Counterexample | SampledViolation) -> str:
     """Add one counterexample to the training data (module docstring); returns where it went."""
     if cex.condition == "closure":
         assert cex.x_next is not None
@@ -86,7 +86,7 @@ class SamplingFalsifier:
 
     def __init__(
         self,
-        bench: Benchmark,
+        bench: System,
         box: WeightBox,
         rng: np.random.Generator,
         samples: int = 20000,
@@ -145,7 +145,7 @@ class SamplingFalsifier:
 
 
 def initial_data(
-    bench: Benchmark,
+    bench: System,
     rng: np.random.Generator,
     *,
     initial_samples: int,
@@ -214,7 +214,7 @@ ProgressFn = Callable[[int, str], None]
 def cegis(
     learner: CandidateLearner,
     verifier: CandidateVerifier,
-    bench: Benchmark,
+    bench: System,
     data: TrainingData,
     settings: CegisSettings,
     *,
@@ -318,7 +318,7 @@ def cegis(
     return done("UNKNOWN", f"iteration cap {settings.max_iterations} reached")
 
 
-def _as_violation(bench: Benchmark, x: np.ndarray, x_next: np.ndarray | None) -> SampledViolation:
+def _as_violation(bench: System, x: np.ndarray, x_next: np.ndarray | None) -> SampledViolation:
     if x_next is not None:
         return SampledViolation("closure", x, x_next)
     return SampledViolation("initial" if bench.in_initial(x) else "unsafe", x)

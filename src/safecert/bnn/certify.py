@@ -29,9 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from safecert.bnn.config import BnnConfig, bayesian_spec, load_policy_network
-from safecert.bnn.dynamics import get_benchmark
-from safecert.bnn.networks import ReluNetwork
+from safecert.bnn.config import (
+    BnnConfig,
+    bayesian_spec,
+    check_policy_fits,
+    load_policy_network,
+)
+from safecert.bnn.networks import read_policy_file
 from safecert.bnn.result import (
     BnnResult,
     Checks,
@@ -46,6 +50,7 @@ from safecert.bnn.result import (
 )
 from safecert.bnn.search import Attempt, BnnProblem, SearchResult, search_epsilon, search_plan
 from safecert.bnn.spec import BayesianSpec, Epsilon
+from safecert.bnn.system import build_system
 from safecert.bnn.verifier import Counterexample, Proof, Unknown
 from safecert.certificate import BnnCertificate, make_certificate, write_certificate
 from safecert.document import FileDigest, Inputs, durable_write, file_digest
@@ -194,6 +199,11 @@ def build_certificate(
     return cert, described_attempt(found)
 
 
+def policy_copy_name(policy_path: Path | None) -> str:
+    """``policy`` with the user's file's suffix (``.npz`` for a packaged policy)."""
+    return POLICY_FILE if policy_path is None else f"policy{policy_path.suffix.lower()}"
+
+
 def run_inputs(config_path: Path | None, policy_path: Path | None, out: Path) -> Inputs:
     """``inputs`` of a run whose ``policy.npz`` copy is already in ``out`` (module docstring),
     digested when the run starts (the files as they were read)."""
@@ -206,7 +216,7 @@ def run_inputs(config_path: Path | None, policy_path: Path | None, out: Path) ->
     return Inputs(
         root=str(root),
         files=files,
-        evidence=[file_digest("policy-copy", out / POLICY_FILE, out)],
+        evidence=[file_digest("policy-copy", out / policy_copy_name(policy_path), out)],
     )
 
 
@@ -254,13 +264,17 @@ def certify_run(
     from safecert.bnn.plot import can_plot, plot_invariant
 
     base = config_path.parent if config_path is not None else None
+    system = build_system(cfg.system, cfg.dynamics, cfg.sets)
     mean, policy_path = load_policy_network(cfg, base)
+    check_policy_fits(mean, system)
+    spec = bayesian_spec(cfg, mean)
     # the copy first, and the network from it: what is verified is exactly the evidence file
+    name = policy_copy_name(policy_path)
     copy = policy_path.read_bytes() if policy_path is not None else mean.npz_bytes()
-    durable_write(out / POLICY_FILE, copy)
-    mean = ReluNetwork.from_npz(out / POLICY_FILE)
+    durable_write(out / name, copy)
+    mean = read_policy_file(out / name)
     inputs = run_inputs(config_path, policy_path, out)
-    problem = BnnProblem(get_benchmark(cfg.system), mean, bayesian_spec(cfg, mean), cfg)
+    problem = BnnProblem(system, mean, spec, cfg)
     problem.progress = progress
     plan = search_plan(cfg)
     found = search_epsilon(
@@ -285,4 +299,7 @@ def certify_run(
     else:
         (out / PLOT_FILE).unlink(missing_ok=True)  # a previous run's picture is not this run's
     path = write_certificate(cert, out / CERTIFICATE_FILE, sign_key=sign_key)
+    from safecert.report import write_report_beside  # logs a rendering failure, never raises
+
+    write_report_beside(path)
     return BnnRun(cert, path, plot, shown)

@@ -6,7 +6,7 @@ certificate (:mod:`safecert.bnn.certify`), and compared with what ``result`` sta
 is one failing check showing both values:
 
 * **inputs** — every recorded digest is re-hashed (config TOML, the user's policy file,
-  ``policy.npz`` next to the certificate); the copy must be the user's policy file byte for byte,
+  ``policy.npz``/``.onnx``/``.pt`` next to the certificate); the copy must be the user's policy file byte for byte,
   or, for ``benchmark:NAME``, hold exactly the packaged weights.
 * **plan** — ``seed``, ``system`` and ``solver`` as in ``parameters``; ``verifier_margin`` must be
   the margin the verifier proves with (:data:`~safecert.bnn.verifier.DEFAULT_MARGIN`; the
@@ -17,11 +17,15 @@ is one failing check showing both values:
   SAFE row's. The ε record (value, unit, ε/σ, absolute half-width per layer, from the Bayesian spec
   that ``parameters.bayesian`` gives for the policy) and ``acceptance_probability`` are recomputed
   for that ε; ``reason`` and ``iterations`` must be those of its row.
-* **SAFE** — the weight box is rebuilt from the policy, the spec and the derived ε; the three MILP
-  checks (closure, initial, unsafe) are re-run on the stored invariant with the recorded solver and
-  margin and must all be infeasible (``checks`` must say so), and a sampled check (states of Inv,
-  weights in the box, float64) must find no violation. The verdict is recomputed: SAFE only when a
-  row says SAFE and the proof re-runs.
+* **SAFE** — the system is rebuilt from ``parameters.dynamics`` and ``parameters.sets`` (embedded
+  in the certificate: no packaged-benchmark lookup), the weight box from the policy copy, the spec
+  and the derived ε; the three MILP checks (closure, initial, unsafe) are re-run on the stored
+  invariant at the recorded margin with the *other* solver (SCIP when HiGHS found the proof, and
+  vice versa), each within 900 s (a timeout is a failing check, not a hang), and must all be
+  infeasible (``checks`` must say so); and 10^5 sampled closure checks
+  (states of Inv, weights of the box including random vertices and both corners, float64), plus
+  samples of X0 and X_u, must find no violation. Both results are reported. The verdict is
+  recomputed: SAFE only when a row says SAFE and the proof re-runs.
 * **UNKNOWN** claims nothing: inputs, plan, ε, acceptance probability and the verdict (no SAFE
   row) are checked; the checks of a run cut short cannot be re-derived.
 
@@ -41,12 +45,13 @@ from pydantic import BaseModel, ValidationError
 
 from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, check_records, epsilon_record
 from safecert.bnn.config import BnnConfig, bayesian_spec
-from safecert.bnn.dynamics import Benchmark, get_benchmark
-from safecert.bnn.networks import ReluNetwork, load_policy
+from safecert.bnn.dynamics import System
+from safecert.bnn.networks import ReluNetwork, load_policy, read_policy_file
 from safecert.bnn.result import BnnResult, SearchRow
 from safecert.bnn.sampling import acceptance_probability
 from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
+from safecert.bnn.system import build_system
 from safecert.bnn.verifier import DEFAULT_MARGIN, Proof
 from safecert.certificate import (
     BnnCertificate,
@@ -60,7 +65,14 @@ from safecert.config import validation_to_config_error
 from safecert.document import FileDigest
 from safecert.errors import ConfigError, DataError
 
-CLOSURE_SAMPLES = 20000
+#: sampled closure checks (states of Inv × weights of the box, a quarter at random vertices and
+#: half at the two corners) replayed in float64 by ``safecert verify``
+CLOSURE_SAMPLES = 100_000
+#: the re-proof uses the solver that did not find the proof
+OTHER_SOLVER = {"highs": "scip", "scip": "highs"}
+#: deadline of each re-proof MILP: a re-proof that does not finish is a failing check ("timeout"
+#: where the certificate says "infeasible"), never a hang
+REPROOF_TIME_LIMIT_S = 900.0
 
 
 def check(
@@ -74,9 +86,12 @@ def check(
     cfg = parameters_config(cert.parameters)
     copy_entry, policy_path = policy_copy(cert, evidence)
     check_file_digests(cert, evidence, report)
-    mean = ReluNetwork.from_npz(policy_path)
+    mean = read_policy_file(policy_path)
     check_policy_source(cfg, cert, copy_entry, mean, report)
-    bench = get_benchmark(cfg.system)
+    try:
+        bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
+    except ConfigError as exc:
+        raise _as_data_error(exc) from None
     spec = policy_spec(cfg, bench, mean, report)
     if spec is None:
         return report  # a policy that does not fit: nothing else can be derived
@@ -139,7 +154,7 @@ def _as_data_error(exc: ConfigError) -> DataError:
 
 
 def policy_spec(
-    cfg: BnnConfig, bench: Benchmark, mean: ReluNetwork, report: VerificationReport
+    cfg: BnnConfig, bench: System, mean: ReluNetwork, report: VerificationReport
 ) -> BayesianSpec | None:
     """The Bayesian spec ``parameters.bayesian`` gives for the policy (as the run derived it), or
     None with a failing check when the policy does not fit the system or the spec."""
@@ -147,7 +162,7 @@ def policy_spec(
         report.add(
             "policy fits the system",
             False,
-            f"{POLICY_FILE} maps {mean.in_dim} → {mean.out_dim}, {bench.name} needs "
+            f"the policy copy maps {mean.in_dim} → {mean.out_dim}, {bench.name} needs "
             f"{bench.state_dim} → {bench.n_actions}",
         )
         return None
@@ -180,7 +195,7 @@ def policy_copy(cert: BnnCertificate, evidence: Evidence) -> tuple[FileDigest, P
         raise DataError(
             f"{path} does not exist",
             field="evidence",
-            fix=f"keep {POLICY_FILE} next to the certificate or pass --data DIR",
+            fix=f"keep {entries[0].path} next to the certificate or pass --data DIR",
         )
     return entries[0], path
 
@@ -256,7 +271,7 @@ def _unit(eps: Epsilon) -> str:
 
 # ---- invariant and proof ------------------------------------------------------------------------
 def invariant_of(
-    r: BnnResult, cfg: BnnConfig, bench: Benchmark, report: VerificationReport
+    r: BnnResult, cfg: BnnConfig, bench: System, report: VerificationReport
 ) -> ReluNetwork | None:
     """The stored invariant ``g``, its widths checked against ``parameters.invariant.hidden``."""
     if r.invariant is None:
@@ -270,15 +285,19 @@ def invariant_of(
 
 
 def check_proof(
-    bench: Benchmark,
+    bench: System,
     box: WeightBox,
     g: ReluNetwork | None,
     r: BnnResult,
     report: VerificationReport,
     closure_samples: int,
 ) -> bool:
-    """Re-run the three MILP checks of Def. 1 on ``g`` over ``box`` with the recorded solver and
-    margin (no time limit), plus a sampled float64 check; True when all three are infeasible."""
+    """Re-prove the three conditions of Def. 1 on ``g`` over ``box`` with the *other* MILP solver
+    (SCIP when HiGHS found the proof, HiGHS when SCIP did) at the recorded margin, each MILP
+    within :data:`REPROOF_TIME_LIMIT_S`;
+    and replay ``closure_samples`` sampled closure checks in float64 (states of Inv, weights of
+    the box including its vertices and corners; X0 and X_u samples too). True when the re-proof
+    holds and no sample violates a condition. Both are reported."""
     from safecert.bnn.cegis import SamplingFalsifier
     from safecert.bnn.verifier import Verifier
 
@@ -290,8 +309,14 @@ def check_proof(
         return False  # already reported by invariant.widths / solver
     if not (np.isfinite(margin) and margin >= 0):
         return False  # already reported by verifier_margin; no sound query uses it
-    verifier = Verifier(bench, box, solver=r.solver, time_limit_s=None, margin=margin)
+    other = OTHER_SOLVER[r.solver]
+    verifier = Verifier(bench, box, solver=other, time_limit_s=REPROOF_TIME_LIMIT_S, margin=margin)
     verdict = verifier.check(g)
+    report.add(
+        "reproof_solver",
+        True,
+        f"the three conditions re-run with {other} (the proof was found with {r.solver})",
+    )
     report.compare_documents("checks", check_records(verdict), r.checks)
     found = SamplingFalsifier(bench, box, np.random.default_rng(0), samples=closure_samples).find(g)
     report.add(

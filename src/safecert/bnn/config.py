@@ -31,14 +31,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from safecert.bnn.networks import BENCHMARK_POLICIES, ReluNetwork, load_policy
+from safecert.bnn.networks import (
+    BENCHMARK_POLICIES,
+    POLICY_SUFFIXES,
+    ReluNetwork,
+    load_policy,
+    read_policy_file,
+)
 from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError
+
+if TYPE_CHECKING:
+    from safecert.bnn.dynamics import System
 
 
 @dataclass(frozen=True)
@@ -67,11 +76,17 @@ class LearnerSettings:
             )
 
 
+#: stated limits on sizes and times (absurd values are refused at the door, not allocated)
+MAX_SAMPLES = 1_000_000
+MAX_SECONDS = 1e7
+
 DEFAULT_LADDER = ("0.5sigma", "1sigma", "1.5sigma", "2sigma", "2.5sigma", "3sigma")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict tables: unknown keys, inf and nan are errors; every size has a stated limit."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _epsilon(value: str | float) -> Epsilon:
@@ -87,7 +102,9 @@ class BayesianConfig(_Model):
     sigma: float | list[float] = Field(
         default=0.1, description="σ per Bayesian layer (one or a list)"
     )
-    first_layer: int = Field(default=1, ge=0, description="index of the first Bayesian layer")
+    first_layer: int = Field(
+        default=1, ge=0, le=1000, description="index of the first Bayesian layer"
+    )
     bayesian_layers: list[bool] | None = Field(
         default=None, description="explicit flags; overrides first_layer"
     )
@@ -97,9 +114,9 @@ class BayesianConfig(_Model):
 class SearchConfig(_Model):
     enabled: bool = False
     ladder: list[str | float] = Field(
-        default_factory=lambda: list[str | float](DEFAULT_LADDER), min_length=1
+        default_factory=lambda: list[str | float](DEFAULT_LADDER), min_length=1, max_length=64
     )
-    bisection_steps: int = Field(default=0, ge=0)
+    bisection_steps: int = Field(default=0, ge=0, le=60)
 
     @field_validator("ladder")
     @classmethod
@@ -114,47 +131,101 @@ class SearchConfig(_Model):
 
 
 class LimitsConfig(_Model):
-    per_epsilon_s: float = Field(default=300.0, gt=0)
-    total_s: float = Field(default=1800.0, gt=0)
-    solver_s: float = Field(default=120.0, gt=0)
-    max_iterations: int = Field(default=200, ge=1)
+    per_epsilon_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    total_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS)
+    solver_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS)
+    max_iterations: int = Field(default=200, ge=1, le=1_000_000)
     clock: Literal["wall", "cpu"] = Field(
         default="wall", description="cpu: budgets in process CPU time"
     )
 
 
 class InvariantConfig(_Model):
-    hidden: list[int] = Field(default_factory=lambda: [12], min_length=1)
+    hidden: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [12], min_length=1, max_length=16
+    )
 
 
 class LearnerConfig(_Model):
-    epochs: int = Field(default=LearnerSettings.epochs, ge=1)
-    warm_epochs: int = Field(default=LearnerSettings.warm_epochs, ge=1)
-    batch_size: int = Field(default=LearnerSettings.batch_size, ge=1)
-    learning_rate: float = Field(default=LearnerSettings.learning_rate, gt=0)
-    lam: float = Field(default=LearnerSettings.lam, ge=0)
-    margin: float = Field(default=0.05, ge=0)
-    threads: int = Field(default=1, ge=1)
+    epochs: int = Field(default=LearnerSettings.epochs, ge=1, le=100_000)
+    warm_epochs: int = Field(default=LearnerSettings.warm_epochs, ge=1, le=100_000)
+    batch_size: int = Field(default=LearnerSettings.batch_size, ge=1, le=MAX_SAMPLES)
+    learning_rate: float = Field(default=LearnerSettings.learning_rate, gt=0, le=10.0)
+    lam: float = Field(default=LearnerSettings.lam, ge=0, le=1e6)
+    margin: float = Field(default=0.05, ge=0, le=1e3)
+    threads: int = Field(default=1, ge=1, le=256)
     retrain: bool = Field(default=True, description="false = the 'no re-training' ablation")
 
 
 class DataConfig(_Model):
-    initial_samples: int = Field(default=500, ge=1)
-    unsafe_samples: int = Field(default=500, ge=1)
+    initial_samples: int = Field(default=500, ge=1, le=MAX_SAMPLES)
+    unsafe_samples: int = Field(default=500, ge=1, le=MAX_SAMPLES)
     bootstrap: bool = True
-    bootstrap_states: int = Field(default=2000, ge=0)
-    bootstrap_rollouts: int = Field(default=4, ge=1)
-    bootstrap_horizon: int = Field(default=60, ge=1)
+    bootstrap_states: int = Field(default=2000, ge=0, le=MAX_SAMPLES)
+    bootstrap_rollouts: int = Field(default=4, ge=1, le=1000)
+    bootstrap_horizon: int = Field(default=60, ge=1, le=100_000)
     falsifier_samples: int = Field(
-        default=4000, ge=0, description="sampled closure checks before each MILP"
+        default=4000, ge=0, le=MAX_SAMPLES, description="sampled closure checks before each MILP"
     )
+
+
+Interval = list[float | str]  # [lo, hi]: numbers or constant expressions such as "-pi/6"
+
+
+class DynamicsConfig(_Model):
+    """``[dynamics]``: names and one piecewise-linear expression per next-state variable."""
+
+    state: list[str] = Field(min_length=1, max_length=64, description="state variable names")
+    action: list[str] = Field(
+        min_length=1, max_length=64, description="names of the action values the dynamics read"
+    )
+    choices: list[float] | list[list[float]] | None = Field(
+        default=None,
+        description="discrete actions: row k is taken when policy output k is the largest",
+    )
+    integer: bool = Field(default=False, description="states are integers")
+    define: dict[str, str] = Field(
+        default_factory=dict, description="named sub-expressions, evaluated in order"
+    )
+    next: dict[str, str] = Field(description="one expression per state variable")
+
+
+class SetConfig(_Model):
+    """One set: exactly one of ``box``, ``outside`` (closed complement of a box), ``polytope``
+    (affine inequalities such as ``"p - a_x <= 1"``), ``union`` (a list of sets)."""
+
+    box: dict[str, Interval] | None = None
+    outside: dict[str, Interval] | None = None
+    polytope: list[str] | None = Field(default=None, min_length=1, max_length=256)
+    union: list[SetConfig] | None = Field(default=None, min_length=1, max_length=256)
+
+    @model_validator(mode="after")
+    def _one(self) -> SetConfig:
+        given = [k for k in ("box", "outside", "polytope", "union") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of box, outside, polytope, union (got {given or 'none'})"
+            )
+        return self
+
+
+class SetsConfig(_Model):
+    """``[sets]``: the verification box (``domain``), optional ``step_domain`` (states of the
+    domain outside it are terminal), ``initial`` (X0) and ``unsafe`` (X_u)."""
+
+    domain: dict[str, Interval]
+    step_domain: dict[str, Interval] | None = None
+    initial: SetConfig
+    unsafe: SetConfig
 
 
 class BnnConfig(_Model):
     policy: str
-    system: Literal["lds", "pend", "car"]
+    system: str = Field(min_length=1, max_length=200, description="the system's name (reports)")
+    dynamics: DynamicsConfig
+    sets: SetsConfig
     epsilon: str | float = "1sigma"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     solver: Literal["highs", "scip"] = "highs"
     bayesian: BayesianConfig = Field(default_factory=BayesianConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
@@ -187,8 +258,9 @@ class BnnConfig(_Model):
 
 
 def load_policy_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork, Path | None]:
-    """The mean network named by ``cfg.policy``: a path to an ``.npz`` (relative to the config's
-    folder) or ``benchmark:NAME`` for a packaged policy. Returns the network and its file."""
+    """The mean network named by ``cfg.policy``: a path (relative to the config's folder) to an
+    ``.npz``, ``.onnx`` or torch ``state_dict`` (:func:`~safecert.bnn.networks.read_policy_file`),
+    or ``benchmark:NAME`` for a packaged policy. Returns the network and its file."""
     if cfg.policy.startswith("benchmark:"):
         return load_policy(cfg.policy.removeprefix("benchmark:")), None
     path = Path(cfg.policy)
@@ -196,9 +268,25 @@ def load_policy_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork,
         path = base / path
     if not path.is_file():
         raise ConfigError(
-            f"{path} does not exist", field="policy", fix="give an .npz with W0, b0, W1, b1, …"
+            f"{path} does not exist",
+            field="policy",
+            fix=f"give a policy file ({', '.join(POLICY_SUFFIXES)})",
         )
-    return ReluNetwork.from_npz(path), path
+    return read_policy_file(path), path
+
+
+def check_policy_fits(net: ReluNetwork, system: System, where: str = "policy") -> None:
+    """The policy reads the state and writes what the dynamics read (one line naming both sizes)."""
+    need_out = system.n_actions
+    if (net.in_dim, net.out_dim) != (system.state_dim, need_out):
+        d = system.dynamics
+        outs = f"{len(d.choices)} choice scores" if d.choices is not None else ", ".join(d.action)
+        raise ConfigError(
+            f"the policy maps {net.in_dim} → {net.out_dim}, system {system.name!r} needs "
+            f"{system.state_dim} → {need_out} (state {', '.join(d.state)}; outputs {outs})",
+            field=where,
+            fix="use the policy trained for this system, or fix [dynamics]",
+        )
 
 
 def bayesian_spec(cfg: BnnConfig, net: ReluNetwork) -> BayesianSpec:
@@ -234,25 +322,52 @@ def bayesian_spec(cfg: BnnConfig, net: ReluNetwork) -> BayesianSpec:
 
 
 def load_config(path: Path) -> BnnConfig:
-    return parse_model(BnnConfig, read_toml(path))
+    """The config at ``path``, validated whole at the door: the keys (pydantic), the system
+    (:func:`~safecert.bnn.system.build_system`) and the ε search plan."""
+    cfg = parse_model(BnnConfig, read_toml(path))
+    check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: BnnConfig) -> None:
+    """Every check that needs more than one key: the system compiles, the search plan exists."""
+    from safecert.bnn.search import search_plan
+    from safecert.bnn.system import build_system
+
+    build_system(cfg.system, cfg.dynamics, cfg.sets)
+    search_plan(cfg)
+
+
+#: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
+#: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6)
+BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04")
 
 
 def benchmark_config(name: str, **overrides: object) -> BnnConfig:
     """The published setup of one of the six policies (README of the data; Appendix C):
     σ = 0.1 from the second layer on, or 0.05 after the fixed ``[I, −I]`` layer of ``*_all``;
-    kernels only; invariant width 12 (LDS, pendulum) or 32 (collision avoidance)."""
-    if name not in BENCHMARK_POLICIES:
+    kernels only; invariant width 12 (LDS, pendulum) or 32 (collision avoidance). The system's
+    dynamics and sets are the packaged tables (:func:`~safecert.bnn.system.benchmark_tables`)."""
+    from safecert.bnn.system import benchmark_tables
+
+    if name not in BENCHMARKS:
         raise ConfigError(
             f"unknown benchmark {name!r}",
             field="benchmark",
-            fix=f"use one of {', '.join(BENCHMARK_POLICIES)}",
+            fix=f"use one of {', '.join(BENCHMARKS)}",
         )
-    system = name.removesuffix("_all")
+    policy = name.removesuffix("_x04")
+    system = policy.removesuffix("_all") + ("_x04" if name.endswith("_x04") else "")
+    tables = benchmark_tables(system)
     data: dict[str, object] = {
-        "policy": f"benchmark:{name}",
-        "system": system,
-        "bayesian": {"sigma": 0.05 if name.endswith("_all") else 0.1, "first_layer": 1},
+        "policy": f"benchmark:{policy}",
+        "system": tables["system"],
+        "dynamics": tables["dynamics"],
+        "sets": tables["sets"],
+        "bayesian": {"sigma": 0.05 if policy.endswith("_all") else 0.1, "first_layer": 1},
         "invariant": {"hidden": [32] if system == "car" else [12]},
     }
     data.update(overrides)
-    return parse_model(BnnConfig, data)
+    cfg = parse_model(BnnConfig, data)
+    check_config(cfg)
+    return cfg

@@ -1,4 +1,4 @@
-"""Exact MILP encodings of interval-weight ReLU networks and piecewise-linear maps (METHODS.md §4).
+"""Exact MILP encodings of interval-weight ReLU networks and piecewise-linear maps (docs/methods.md).
 
 Conventions: a :class:`Bounded` is a vector of :class:`~safecert.bnn.solvers.Milp` column indices
 with sound bounds ``lo ≤ x ≤ hi`` (used as big-M constants). Every function here adds columns and

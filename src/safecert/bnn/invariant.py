@@ -1,4 +1,4 @@
-"""The invariant network g of a positive-invariant certificate (METHODS.md §4, Def. 1).
+"""The invariant network g of a positive-invariant certificate (docs/methods.md; Def. 1).
 
 ``Inv = {x ∈ X : g(x) ≥ 0}`` for a deterministic ReLU network ``g : R^d → R``. The learner trains
 :class:`InvariantNet` (torch, float64); the verifier and the certificate use its exact export

@@ -1,6 +1,6 @@
 """The learner of the CEGIS loop: fit the invariant network g to D_spec and D_ce (Alg. 1, eq. 1–2).
 
-Loss (METHODS.md §4)::
+Loss (docs/methods.md)::
 
     L(g) = mean_{(x,y) ∈ D_spec} L_cls(g(x), y) + λ · mean_{(x,x') ∈ D_ce} L_ce(g(x), g(x'))
     L_cls(z, y) = z − z·y + log(1 + e^{−z})                          (logistic loss)
@@ -30,7 +30,7 @@ from safecert.errors import DataError
 if TYPE_CHECKING:  # torch loads on first use: data handling and labels need only NumPy
     import torch
 
-    from safecert.bnn.dynamics import Benchmark
+    from safecert.bnn.dynamics import System
     from safecert.bnn.invariant import InvariantNet
 
 __all__ = [
@@ -192,7 +192,7 @@ class Learner:
 
 
 def bootstrap_labels(
-    bench: Benchmark,
+    bench: System,
     policy: SafeBNNPolicy,
     rng: np.random.Generator,
     *,

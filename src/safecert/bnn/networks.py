@@ -1,4 +1,4 @@
-"""ReLU networks in Keras layout and the six published benchmark policies (METHODS.md §4).
+"""ReLU networks in Keras layout and the six published benchmark policies (docs/methods.md).
 
 A :class:`ReluNetwork` is a list of float64 layers ``(W, b)`` in Keras layout: ``W`` has shape
 ``(in, out)`` and a layer computes ``z = x @ W + b``; ReLU follows every layer but the last, whose
@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import io
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -178,10 +179,12 @@ class ReluNetwork:
         try:
             with np.load(path) as data:
                 arrays = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
             raise DataError(
-                f"cannot read {path} ({exc})", field="policy", fix="give an .npz with W0, b0, …"
-            ) from exc
+                f"cannot read {path} ({type(exc).__name__}: {exc})",
+                field="policy",
+                fix="give a complete .npz with W0, b0, W1, b1, …",
+            ) from None
         return cls.from_arrays(arrays, name=str(path))
 
     @classmethod
@@ -235,37 +238,139 @@ class ReluNetwork:
 
     @classmethod
     def from_onnx(cls, path: str | Path) -> ReluNetwork:
-        """From an ONNX graph of ``Gemm``/``MatMul``+``Add`` and ``Relu`` nodes in a chain."""
-        import onnx
-        from onnx import numpy_helper
-
-        model = onnx.load(str(path))
+        """From an ONNX graph that is a chain ``(Linear, Relu)*, Linear`` where ``Linear`` is a
+        ``Gemm`` or a ``MatMul`` followed by an ``Add``, weights as initializers (``Flatten`` and
+        ``Identity`` are skipped). Any other op, or a misplaced ``Relu``, is a one-line error."""
+        try:
+            import onnx
+            from onnx import numpy_helper
+        except ImportError:
+            raise ConfigError(
+                "reading .onnx policies needs the onnx package",
+                field="policy",
+                fix="pip install 'safecert[all]' (or pip install onnx)",
+            ) from None
+        try:
+            model = onnx.load(str(path))
+        except Exception as exc:  # onnx raises DecodeError, OSError, … for a bad file
+            raise DataError(
+                f"cannot read {path} ({type(exc).__name__})",
+                field="policy",
+                fix="export the policy with torch.onnx.export",
+            ) from None
         init = {
             t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer
         }
+
+        def weight(node: Any, k: int) -> np.ndarray:
+            if len(node.input) <= k or node.input[k] not in init:
+                raise DataError(
+                    f"{node.op_type} node {node.name!r} has no constant weight input {k}",
+                    field="policy",
+                    fix="export with weights as initializers (do_constant_folding=True)",
+                )
+            return init[node.input[k]]
+
         layers: list[tuple[np.ndarray, np.ndarray]] = []
         pending: np.ndarray | None = None
+        relu_due = False  # a Relu is allowed right after a linear layer
         for node in model.graph.node:
-            if node.op_type == "Gemm":
+            op = node.op_type
+            if op == "Gemm" and pending is None:
                 attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-                w = init[node.input[1]]
+                w = weight(node, 1)
                 w = w.T if attrs.get("transB", 0) else w
-                b = init[node.input[2]] if len(node.input) > 2 else np.zeros(w.shape[1])
+                if attrs.get("transA", 0):
+                    raise ConfigError("Gemm with transA", field="policy", fix="export x @ W + b")
+                b = weight(node, 2) if len(node.input) > 2 else np.zeros(w.shape[1])
                 layers.append((w * attrs.get("alpha", 1.0), b * attrs.get("beta", 1.0)))
-            elif node.op_type == "MatMul":
-                pending = init[node.input[1]]
-            elif node.op_type == "Add" and pending is not None:
-                layers.append((pending, init[node.input[1]]))
-                pending = None
-            elif node.op_type in ("Relu", "Flatten", "Identity"):
+                relu_due = True
+            elif op == "MatMul" and pending is None:
+                pending = weight(node, 1)
+            elif op == "Add" and pending is not None:
+                layers.append((pending, weight(node, 1)))
+                pending, relu_due = None, True
+            elif op == "Relu" and relu_due and pending is None:
+                relu_due = False
+            elif op in ("Flatten", "Identity") and not layers:
                 continue
             else:
                 raise ConfigError(
-                    f"unsupported ONNX node {node.op_type}",
+                    f"unsupported ONNX node {op} (node {len(layers)} of the chain)",
                     field="policy",
-                    fix="export Gemm/MatMul+Add/Relu only",
+                    fix="export a chain of Gemm (or MatMul+Add) and Relu only",
                 )
+        if not relu_due or pending is not None:
+            raise ConfigError(
+                "the ONNX graph does not end with a linear layer",
+                field="policy",
+                fix="end the network with Gemm (or MatMul+Add), no Relu after it",
+            )
         return cls(layers, name=str(path))
+
+    @classmethod
+    def from_state_dict(cls, path: str | Path) -> ReluNetwork:
+        """From a torch ``state_dict`` of an ``nn.Sequential(Linear, ReLU, …, Linear)`` saved with
+        ``torch.save(model.state_dict(), path)``, read with ``weights_only=True`` (no pickled code
+        runs). ``*.weight``/``*.bias`` pairs in order; ReLU between every pair of layers."""
+        try:
+            import torch
+        except ImportError:
+            raise ConfigError(
+                "reading torch policies needs torch",
+                field="policy",
+                fix="pip install 'safecert[all]'",
+            ) from None
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # unpickling errors of every kind
+            raise DataError(
+                f"cannot read {path} as a state_dict ({type(exc).__name__})",
+                field="policy",
+                fix="save model.state_dict() (a whole pickled module is not read: it runs code)",
+            ) from None
+        if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+        ):
+            raise DataError(
+                f"{path} is not a state_dict", field="policy", fix="save model.state_dict()"
+            )
+        names = [k.removesuffix(".weight") for k in state if k.endswith(".weight")]
+        if not names or len(state) != 2 * len(names):
+            raise DataError(
+                f"keys {list(state)[:6]} are not weight/bias pairs",
+                field="policy",
+                fix="save the state_dict of nn.Sequential(Linear, ReLU, …, Linear)",
+            )
+        layers = []
+        for n in names:
+            if f"{n}.bias" not in state:
+                raise DataError(f"{n}.bias is missing", field="policy", fix="use Linear(bias=True)")
+            w = state[f"{n}.weight"].detach().double().numpy()
+            layers.append((w.T, state[f"{n}.bias"].detach().double().numpy()))
+        return cls(layers, name=str(path))
+
+
+#: policy file formats by suffix (``safecert bnn verify``'s ``policy = "…"``)
+POLICY_SUFFIXES = (".npz", ".onnx", ".pt", ".pth")
+
+
+def read_policy_file(path: str | Path) -> ReluNetwork:
+    """The mean network in ``path``: ``.npz`` (W0, b0, …), ``.onnx`` (:meth:`ReluNetwork.from_onnx`)
+    or a torch ``state_dict`` (``.pt``/``.pth``, :meth:`ReluNetwork.from_state_dict`)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return ReluNetwork.from_npz(path)
+    if suffix == ".onnx":
+        return ReluNetwork.from_onnx(path)
+    if suffix in (".pt", ".pth"):
+        return ReluNetwork.from_state_dict(path)
+    raise ConfigError(
+        f"{path.name}: unknown policy format {suffix or '(no suffix)'!r}",
+        field="policy",
+        fix=f"use one of {', '.join(POLICY_SUFFIXES)}",
+    )
 
 
 def load_policy(name: str) -> ReluNetwork:

@@ -15,18 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from safecert.bnn.dynamics import Benchmark
+from safecert.bnn.dynamics import System
 from safecert.bnn.networks import ReluNetwork
 from safecert.document import durable_write
 
 
-def can_plot(bench: Benchmark) -> bool:
+def can_plot(bench: System) -> bool:
     return bench.state_dim == 2 and not bench.integer
 
 
 def plot_invariant(
     path: Path,
-    bench: Benchmark,
+    bench: System,
     policy: ReluNetwork,
     g: ReluNetwork,
     counterexamples: Sequence[tuple[np.ndarray, np.ndarray | None]] = (),
@@ -65,18 +65,19 @@ def plot_invariant(
     d = bench.step(q, policy.forward(q)) - q
     ax.quiver(q[:, 0], q[:, 1], d[:, 0], d[:, 1], color="#555555", angles="xy", width=0.0025)
 
-    i0 = bench.initial
-    ax.add_patch(
-        Rectangle(
-            (i0.lo[0], i0.lo[1]),
-            i0.hi[0] - i0.lo[0],
-            i0.hi[1] - i0.lo[1],
-            fill=False,
-            edgecolor="#1f5fbf",
-            linewidth=1.8,
-            label="X0",
+    for k, piece in enumerate(bench.initial.pieces):
+        i0 = piece.box  # a polytope piece is drawn by its bounding box
+        ax.add_patch(
+            Rectangle(
+                (i0.lo[0], i0.lo[1]),
+                i0.hi[0] - i0.lo[0],
+                i0.hi[1] - i0.lo[1],
+                fill=False,
+                edgecolor="#1f5fbf",
+                linewidth=1.8,
+                label="X0" if k == 0 else None,
+            )
         )
-    )
     for k, (x, x_next) in enumerate(counterexamples):
         ax.plot(
             x[0],
@@ -90,7 +91,7 @@ def plot_invariant(
             ax.plot([x[0], x_next[0]], [x[1], x_next[1]], "-", color="#d00000", linewidth=0.6)
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
-    names = {"lds": ("x", "y"), "pend": ("θ", "θ̇")}.get(bench.name, ("x0", "x1"))
+    names = bench.dynamics.state
     ax.set_xlabel(names[0])
     ax.set_ylabel(names[1])
     ax.set_title(title or f"{bench.name}: g = 0 (green: Inv), X0 (blue), X_u (hatched)")

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from safecert.bnn.dynamics import Benchmark, Box, Polytope
+from safecert.bnn.dynamics import System
 from safecert.bnn.networks import Layer, ReluNetwork, forward
+from safecert.bnn.sets import Box, Polytope
 from safecert.bnn.spec import WeightBox
 
 
@@ -76,7 +77,7 @@ def snap_state(x: np.ndarray, box: Box, integer: bool, sets: Sequence[Polytope] 
 
 
 def replay_closure(
-    bench: Benchmark, box: WeightBox, g: ReluNetwork, x: np.ndarray, targets: Sequence[np.ndarray]
+    bench: System, box: WeightBox, g: ReluNetwork, x: np.ndarray, targets: Sequence[np.ndarray]
 ) -> ReplayReport:
     """Is ``x ∈ Inv`` with weights in ``box`` sending ``x' = f(x, π_w(x))`` outside ``Inv``?"""
     x = snap_state(x, bench.step_box, bench.integer)
@@ -91,17 +92,19 @@ def replay_closure(
     return ReplayReport(ok, detail, x, x_next, g_x, g_next, weights)
 
 
-def replay_initial(bench: Benchmark, g: ReluNetwork, x: np.ndarray) -> ReplayReport:
-    """Is ``x ∈ X0`` with ``g(x) < 0``?"""
-    x = snap_state(x, bench.initial, bench.integer)
+def replay_initial(bench: System, g: ReluNetwork, x: np.ndarray, piece: int) -> ReplayReport:
+    """Is ``x ∈ X0`` (piece ``piece``) with ``g(x) < 0``?"""
+    p = bench.initial.pieces[piece]
+    x = snap_state(x, p.box, bench.integer, [p.rows])
     g_x = float(g.forward(x)[0])
     ok = bool(bench.in_initial(x)) and bool(bench.in_box(x)) and g_x < 0.0
     return ReplayReport(ok, f"x ∈ X0, g(x) = {g_x:.6g}", x, g_x=g_x)
 
 
-def replay_unsafe(bench: Benchmark, g: ReluNetwork, x: np.ndarray, region: int) -> ReplayReport:
-    """Is ``x ∈ X_u ∩ B`` (polytope ``region``) with ``g(x) ≥ 0``?"""
-    x = snap_state(x, bench.box, bench.integer, [bench.unsafe[region]])
+def replay_unsafe(bench: System, g: ReluNetwork, x: np.ndarray, piece: int) -> ReplayReport:
+    """Is ``x ∈ X_u ∩ B`` (piece ``piece``) with ``g(x) ≥ 0``?"""
+    p = bench.unsafe.pieces[piece]
+    x = snap_state(x, p.box, bench.integer, [p.rows])
     g_x = float(g.forward(x)[0])
     ok = bool(bench.in_unsafe(x)) and bool(bench.in_box(x)) and g_x >= 0.0
     return ReplayReport(ok, f"x ∈ X_u, g(x) = {g_x:.6g}", x, g_x=g_x)

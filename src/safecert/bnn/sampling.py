@@ -1,4 +1,4 @@
-"""Rejection sampling and safe exploration (METHODS.md §4; paper §4.2 "Safety via rejection
+"""Rejection sampling and safe exploration (docs/methods.md; paper §4.2 "Safety via rejection
 sampling", §4.4 and Alg. 2).
 
 A certificate for ``W_ε`` says: every trajectory whose weights stay in the box avoids ``X_u``
@@ -31,7 +31,7 @@ from safecert.bnn.spec import BayesianSpec, WeightBox
 from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
-    from safecert.bnn.dynamics import Benchmark
+    from safecert.bnn.dynamics import System
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class ClosedLoopResult:
 
 
 def closed_loop(
-    bench: Benchmark, policy: SafeBNNPolicy, x0: np.ndarray, steps: int
+    bench: System, policy: SafeBNNPolicy, x0: np.ndarray, steps: int
 ) -> ClosedLoopResult:
     """Run ``x_{t+1} = f(x_t, π_{w_t}(x_t))`` from each row of ``x0`` with fresh weights ``w_t``
     from ``policy`` at every step (vectorised across trajectories) and mark unsafe states."""
@@ -247,7 +247,7 @@ class ExplorationStep:
 
 
 def safe_exploration(
-    bench: Benchmark,
+    bench: System,
     spec: BayesianSpec,
     mean: ReluNetwork,
     certify: Certify,

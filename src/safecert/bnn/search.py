@@ -28,7 +28,7 @@ from safecert.bnn.cegis import (
     initial_data,
 )
 from safecert.bnn.config import BnnConfig
-from safecert.bnn.dynamics import Benchmark
+from safecert.bnn.dynamics import System
 from safecert.bnn.learner import Learner, bootstrap_labels
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy
@@ -49,7 +49,7 @@ Warm: TypeAlias = "tuple[InvariantNet, TrainingData] | None"
 class BnnProblem:
     """One policy on one benchmark with the run settings of a :class:`BnnConfig`."""
 
-    bench: Benchmark
+    bench: System
     mean: ReluNetwork
     spec: BayesianSpec
     config: BnnConfig

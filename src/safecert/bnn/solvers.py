@@ -205,12 +205,20 @@ def _highs_lp(milp: Milp) -> Any:  # a highspy.HighsLp
 
 
 def _highs(
-    milp: Milp, time_limit_s: float | None, stop_at_first: bool, gap: float, threads: int
+    milp: Milp,
+    time_limit_s: float | None,
+    stop_at_first: bool,
+    gap: float,
+    threads: int,
+    feastol: float | None,
 ) -> SolveResult:
     import highspy
 
     h = new_highs(threads)
     h.setOptionValue("random_seed", 0)
+    if feastol is not None:
+        for opt in ("primal_feasibility_tolerance", "mip_feasibility_tolerance"):
+            h.setOptionValue(opt, feastol)
     h.setOptionValue("mip_rel_gap", gap)
     if time_limit_s is not None:
         h.setOptionValue("time_limit", float(time_limit_s))
@@ -263,7 +271,12 @@ def _highs(
 
 
 def _scip(
-    milp: Milp, time_limit_s: float | None, stop_at_first: bool, gap: float, threads: int
+    milp: Milp,
+    time_limit_s: float | None,
+    stop_at_first: bool,
+    gap: float,
+    threads: int,
+    feastol: float | None,
 ) -> SolveResult:
     import pyscipopt
 
@@ -271,6 +284,8 @@ def _scip(
     m.hideOutput()
     m.setParam("randomization/randomseedshift", 0)
     m.setParam("limits/gap", gap)
+    if feastol is not None:
+        m.setParam("numerics/feastol", feastol)
     if time_limit_s is not None:
         m.setParam("limits/time", float(time_limit_s))
     if stop_at_first:
@@ -329,8 +344,10 @@ def solve(
     stop_at_first: bool = False,
     gap: float = 1e-6,
     threads: int = 1,
+    feastol: float | None = None,
 ) -> SolveResult:
-    """Solve ``milp`` with ``solver`` (``"highs"`` or ``"scip"``); see :class:`SolveResult`."""
+    """Solve ``milp`` with ``solver`` (``"highs"`` or ``"scip"``); see :class:`SolveResult`.
+    ``feastol`` overrides the solvers' feasibility tolerances (default ≈1e-6)."""
     if solver not in SOLVERS:
         raise SolverError(f"unknown solver {solver!r}", field="solver", fix=f"use one of {SOLVERS}")
     if time_limit_s is not None and not time_limit_s > 0:
@@ -338,7 +355,7 @@ def solve(
             f"time limit must be > 0 s, got {time_limit_s}", field="time_limit_s", fix="use e.g. 60"
         )
     run = _highs if solver == "highs" else _scip
-    return run(milp, time_limit_s, stop_at_first, gap, threads)
+    return run(milp, time_limit_s, stop_at_first, gap, threads, feastol)
 
 
 class LpSession:

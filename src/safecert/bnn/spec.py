@@ -1,4 +1,4 @@
-"""Bayesian weight specifications, ε and the weight box W_ε (METHODS.md §4).
+"""Bayesian weight specifications, ε and the weight box W_ε (docs/methods.md).
 
 A :class:`BayesianSpec` says which layers carry Bayesian weights, the posterior standard deviation
 σ of each layer, and whether biases are Bayesian too. Given a mean network and an

@@ -1,4 +1,4 @@
-"""The verifier of a positive-invariant certificate (METHODS.md §4, Def. 1 / Thm. 2 / Alg. 1).
+"""The verifier of a positive-invariant certificate (docs/methods.md; Def. 1 / Thm. 2 / Alg. 1).
 
 Candidate: a deterministic :class:`~safecert.bnn.networks.ReluNetwork` ``g`` with one output;
 ``Inv = {x ∈ B : g(x) ≥ 0}`` (``B`` = the benchmark's verification box). :meth:`Verifier.check`
@@ -31,7 +31,7 @@ from typing import Literal
 
 import numpy as np
 
-from safecert.bnn.dynamics import Benchmark, Box, Polytope
+from safecert.bnn.dynamics import System
 from safecert.bnn.encoding import (
     Bounded,
     NetworkEncoding,
@@ -48,6 +48,7 @@ from safecert.bnn.replay import (
     replay_output,
     replay_unsafe,
 )
+from safecert.bnn.sets import Box, Piece, Polytope
 from safecert.bnn.solvers import Milp, SolveResult, solve
 from safecert.bnn.spec import WeightBox
 from safecert.errors import ConfigError
@@ -139,7 +140,7 @@ class Verifier:
 
     def __init__(
         self,
-        bench: Benchmark,
+        bench: System,
         policy: WeightBox,
         *,
         solver: str = "highs",
@@ -153,18 +154,19 @@ class Verifier:
     ) -> None:
         if policy.mean.in_dim != bench.state_dim or policy.mean.out_dim != bench.n_actions:
             raise ConfigError(
-                f"policy maps {policy.mean.in_dim} → {policy.mean.out_dim}, benchmark {bench.name} needs "
+                f"policy maps {policy.mean.in_dim} → {policy.mean.out_dim}, system {bench.name} needs "
                 f"{bench.state_dim} → {bench.n_actions}",
                 field="policy",
                 fix="use the policy trained for this benchmark",
             )
-        for name, sub in (("initial", bench.initial), ("step_box", bench.step_box)):
-            if np.any(sub.lo < bench.box.lo) or np.any(sub.hi > bench.box.hi):
-                raise ConfigError(
-                    f"{name} set is not inside the verification box",
-                    field=f"benchmark.{name}",
-                    fix="enlarge the box or shrink the set",
-                )
+        if not bench.step_box.inside(bench.box) or not all(
+            p.box.inside(bench.box) for p in bench.initial.pieces
+        ):
+            raise ConfigError(
+                "X0 or the step domain is not inside the verification box",
+                field="sets",
+                fix="enlarge the domain or shrink the set",
+            )
         if not margin >= 0:
             raise ConfigError(
                 f"margin must be ≥ 0, got {margin}", field="margin", fix="use e.g. 1e-6"
@@ -247,37 +249,51 @@ class Verifier:
         return self._decide("closure", build, strict_first=self.strict_closure)
 
     def check_initial(self, g: ReluNetwork) -> Verdict:
+        """Is there ``x ∈ X0`` with ``g(x) < 0``? One MILP per piece of ``X0``."""
         b = self.bench
 
-        def build(m: float) -> tuple[Milp, Replay]:
+        def build(m: float, k: int, piece: Piece) -> tuple[Milp, Replay]:
             milp = Milp()
-            x = state_vars(milp, b.initial.lo, b.initial.hi, b.integer)
+            x = state_vars(milp, piece.box.lo, piece.box.hi, b.integer)
+            _add_polytope(milp, x, piece.rows, max(m, 0.0))  # replay snaps onto the piece
             out = encode_network(milp, g, x).out
             milp.add_row(out.idx, [1.0], hi=m)
             milp.set_objective(out.idx, [1.0], maximize=False)
-            return milp, lambda sol: replay_initial(b, g, x.value(sol))
+            return milp, lambda sol: replay_initial(b, g, x.value(sol), k)
 
-        return self._decide("initial", build)
+        return self._per_piece("initial", b.initial.pieces, build)
 
     def check_unsafe(self, g: ReluNetwork) -> Verdict:
+        """Is there ``x ∈ X_u ∩ B`` with ``g(x) ≥ 0``? One MILP per piece of ``X_u``."""
         b = self.bench
+
+        def build(m: float, k: int, piece: Piece) -> tuple[Milp, Replay]:
+            milp = Milp()
+            x = state_vars(milp, piece.box.lo, piece.box.hi, b.integer)
+            _add_polytope(milp, x, piece.rows, max(m, 0.0))  # replay snaps onto the piece
+            out = encode_network(milp, g, x).out
+            milp.add_row(out.idx, [1.0], lo=-m)
+            milp.set_objective(out.idx, [1.0], maximize=True)
+            return milp, lambda sol: replay_unsafe(b, g, x.value(sol), k)
+
+        return self._per_piece("unsafe", b.unsafe.pieces, build)
+
+    def _per_piece(
+        self,
+        condition: Condition,
+        pieces: Sequence[Piece],
+        build: Callable[[float, int, Piece], tuple[Milp, Replay]],
+    ) -> Verdict:
         checks: list[CheckResult] = []
         spurious: list[ReplayReport] = []
-        for k, poly in enumerate(b.unsafe):
-
-            def build(m: float, k: int = k, poly: Polytope = poly) -> tuple[Milp, Replay]:
-                milp = Milp()
-                x = state_vars(milp, b.box.lo, b.box.hi, b.integer)
-                _add_polytope(milp, x, poly, max(m, 0.0))  # replay snaps onto the polytope
-                out = encode_network(milp, g, x).out
-                milp.add_row(out.idx, [1.0], lo=-m)
-                milp.set_objective(out.idx, [1.0], maximize=True)
-                return milp, lambda sol: replay_unsafe(b, g, x.value(sol), k)
-
-            verdict = self._decide("unsafe", build)
+        for k, piece in enumerate(pieces):
+            verdict = self._decide(
+                condition,
+                lambda m, k=k, piece=piece: build(m, k, piece),  # type: ignore[misc]
+            )
             checks.extend(verdict.checks)
             if isinstance(verdict, Counterexample):
-                return Counterexample("unsafe", verdict.x, verdict.replay, tuple(checks))
+                return Counterexample(condition, verdict.x, verdict.replay, tuple(checks))
             if isinstance(verdict, Unknown):
                 spurious.extend(verdict.spurious)
         return _summarise(checks, spurious)

@@ -17,11 +17,15 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-BENCHMARK_NAMES = "lds|lds_all|pend|pend_all|car|car_all"
+BENCHMARK_NAMES = "lds|lds_all|pend|pend_all|car|car_all (lds_x04|lds_all_x04: X0 = 0.4)"
 
 
 @app.command()
 def verify(
+    out: Annotated[
+        Path,
+        typer.Option(help="Output folder (certificate.json, the policy copy, invariant.png)."),
+    ],
     config: Annotated[
         Path | None, typer.Argument(help="Run config (TOML); see docs/bnn.md.")
     ] = None,
@@ -34,9 +38,6 @@ def verify(
     search: Annotated[
         bool, typer.Option("--search", help="Search the largest ε on the ladder.")
     ] = False,
-    out: Annotated[
-        Path, typer.Option(help="Output folder (certificate.json, policy.npz, invariant.png).")
-    ] = ...,
     time_limit: Annotated[
         float | None, typer.Option("--time-limit", help="Seconds per ε (overrides the config).")
     ] = None,
@@ -99,6 +100,31 @@ def verify(
         _print(summary)
     if summary["verdict"] != "SAFE":
         raise typer.Exit(1)
+
+
+@app.command()
+def export(
+    certificate: Annotated[Path, typer.Argument(help="A bnn certificate.json.")],
+    out: Annotated[Path, typer.Option(help="Output folder (closed_loop.onnx, *.vnnlib).")],
+    data: Annotated[
+        Path | None, typer.Option(help="Folder holding the policy copy (default: beside it).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Write the certificate's closed-loop step as ONNX and its three conditions as VNN-LIB.
+
+    Example: safecert bnn export runs/lds/certificate.json --out runs/lds/vnnlib
+    """
+    from safecert.bnn.export import certificate_claim
+    from safecert.bnn.export import export as write_export
+
+    system, box, inv = certificate_claim(certificate, data)
+    paths = write_export(system, box, inv, out)
+    if json_out:
+        emit_json({"files": [str(p) for p in paths]})
+    else:
+        for p in paths:
+            console.print(str(p))
 
 
 def _dump(v: Any) -> Any:

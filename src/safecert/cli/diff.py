@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from safecert.certificate import read_certificate
 from safecert.cli.output import emit_json
 
 
@@ -26,6 +25,7 @@ def diff(
 
     Example: safecert diff runs/cheetah_safe/certificate.json runs/cheetah_fast/certificate.json
     """
+    from safecert.certificate import read_certificate
     from safecert.report.diff import diff_certificates, diff_text, write_diff_html
 
     result = diff_certificates(read_certificate(a), read_certificate(b), str(a), str(b))

@@ -1,4 +1,4 @@
-"""``safecert certify``: fixed-N CORE-RL certification of a black-box policy (METHODS.md §2).
+"""``safecert certify``: fixed-N CORE-RL certification of a black-box policy (docs/methods.md §2).
 
 The run, step by step (each step is a public function so that sequential certification,
 rejudging and replay reuse them):

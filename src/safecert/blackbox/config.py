@@ -1,4 +1,4 @@
-"""The black-box run config (ARCHITECTURE.md, "Black-box run config").
+"""The black-box run config (docs/architecture.md, "Black-box run config").
 
 Exactly the documented keys plus these documented additions (docs/blackbox.md):
 

@@ -1,4 +1,4 @@
-"""The certification envelope E(σ_s, σ_a) as Gymnasium wrappers, one idea each (METHODS.md §2).
+"""The certification envelope E(σ_s, σ_a) as Gymnasium wrappers, one idea each (docs/methods.md §2).
 
 - :class:`ObservationNoise` — s̃ = s + σ_s·Δ_s ⊙ ξ, ξ ~ N(0, I) or U[−1, 1]^d;
 - :class:`ActionNoise` — ã = clip(a + σ_a·Δ_a ⊙ ξ); discrete spaces: a uniformly random action

@@ -3,7 +3,7 @@
 Axes (in this order, only those the config lists): ``obs_noise``, ``act_noise``, ``delay``,
 ``mass``, ``friction``, ``damping``, ``random_dynamics``, ``layout``. A cell is a dict
 ``{axis: level}``. The nominal value of each axis (no perturbation) is 0 / 1.0 for the scales /
-``False`` for layout; the *nominal cell* (stage 1, METHODS.md §2) has every axis at its nominal value.
+``False`` for layout; the *nominal cell* (stage 1, docs/methods.md §2) has every axis at its nominal value.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Family:
     holds no nominal cell — the separate stage-1 nominal cell (index ``grid_size``), which joins
     the family. ``stage1`` is the nominal cell's index. With M = ``size`` members, each cell is
     judged at δ' = (1 − confidence) / M (Bonferroni), so all M statements hold simultaneously
-    with probability ≥ ``confidence`` (METHODS.md §2).
+    with probability ≥ ``confidence`` (docs/methods.md §2).
     """
 
     cells: tuple[dict[str, Any], ...]

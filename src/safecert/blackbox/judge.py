@@ -1,4 +1,4 @@
-"""Judging stored episodes: counts, bounds and decisions (METHODS.md §2). Pure functions.
+"""Judging stored episodes: counts, bounds and decisions (docs/methods.md §2). Pure functions.
 
 Per episode τ (budget d on cumulative cost):
 

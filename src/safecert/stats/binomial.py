@@ -1,6 +1,6 @@
 """Exact (Clopper–Pearson) confidence bounds for a binomial failure probability.
 
-For k failures in N i.i.d. Bernoulli(p) episodes and confidence 1−δ (METHODS.md §1):
+For k failures in N i.i.d. Bernoulli(p) episodes and confidence 1−δ (docs/methods.md §1):
 
     upper(k, N, δ) = BetaInv(1−δ; k+1, N−k)   (= 1 when k = N)
     lower(k, N, δ) = BetaInv(δ;   k,   N−k+1) (= 0 when k = 0)

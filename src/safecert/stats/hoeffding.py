@@ -1,6 +1,6 @@
 """Hoeffding confidence bounds for the mean of a bounded episode statistic.
 
-For N i.i.d. values G_i ∈ [a, b] with sample mean μ̂ and confidence 1−δ (METHODS.md §1):
+For N i.i.d. values G_i ∈ [a, b] with sample mean μ̂ and confidence 1−δ (docs/methods.md §1):
 
     LCB = μ̂ − (b−a)·sqrt(ln(1/δ) / (2N)),   UCB = μ̂ + (b−a)·sqrt(ln(1/δ) / (2N))
 

@@ -1,6 +1,6 @@
 """Sample-size planning for Clopper–Pearson certificates.
 
-The smallest N with upper(k, N, δ) ≤ p* for a planned number k of failures (METHODS.md §1,
+The smallest N with upper(k, N, δ) ≤ p* for a planned number k of failures (docs/methods.md §1,
 CORE-RL Table 68). upper(k, N, δ) is strictly decreasing in N, so a bisection finds it exactly.
 With zero failures the bound is 1 − δ^{1/N}, giving N = ⌈ln δ / ln(1−p*)⌉.
 """

@@ -1,6 +1,6 @@
 """Policy oracles: the only way safecert talks to a vendor's policy.
 
-A policy is named by one string (ARCHITECTURE.md, "Policy oracles"):
+A policy is named by one string (docs/architecture.md, "Policy oracles"):
 
 - ``python:module:attr`` — a callable ``act(observations) -> actions`` on batches; the module is
   importable from the config's folder. ``batched=False`` wraps a per-observation function.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -99,7 +99,8 @@ class _Snapshot:
 
     def try_step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict]:
         if self.mujoco:
-            data = self.base.data
+            base = cast(Any, self.base)  # a MuJoCo env: data and set_state exist (checked above)
+            data = base.data
             saved = (
                 data.qpos.copy(),
                 data.qvel.copy(),
@@ -110,7 +111,7 @@ class _Snapshot:
             obs, reward, terminated, truncated, info = self.base.step(action)
             data.act[:] = saved[2]
             data.qacc_warmstart[:] = saved[4]
-            self.base.set_state(saved[0], saved[1])
+            base.set_state(saved[0], saved[1])
             data.time = saved[3]
             return obs, float(reward), terminated, truncated, info
         obs, reward, terminated, truncated, info = copy.deepcopy(self.base).step(action)

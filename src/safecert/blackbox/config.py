@@ -239,10 +239,10 @@ class RunConfig(BaseModel):
     batched: bool = True
     range_episodes: int = Field(10, ge=1, le=100_000)
     artifacts: list[str] = Field(default_factory=list)
-    spec: Spec = Field(default_factory=Spec)
-    kpis: Kpis = Field(default_factory=Kpis)
-    envelope: Envelope = Field(default_factory=Envelope)
-    adversary: Adversary = Field(default_factory=Adversary)
+    spec: Spec = Field(default_factory=lambda: Spec.model_validate({}))
+    kpis: Kpis = Field(default_factory=lambda: Kpis.model_validate({}))
+    envelope: Envelope = Field(default_factory=lambda: Envelope.model_validate({}))
+    adversary: Adversary = Field(default_factory=lambda: Adversary.model_validate({}))
     sequential: dict[str, Any] | None = None  # interpreted by safecert.blackbox.sequential
 
 

@@ -27,7 +27,7 @@ Example::
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import gymnasium as gym
 import numpy as np
@@ -180,7 +180,8 @@ def noop_action(space: gym.Space) -> Any:
     """The action executed before the first delayed one arrives: 0 clipped into the space."""
     if isinstance(space, spaces.Discrete):
         return int(space.start)
-    return np.clip(np.zeros(space.shape), space.low, space.high)
+    box = cast(spaces.Box, space)
+    return np.clip(np.zeros(box.shape), box.low, box.high)
 
 
 class ActionDelay(gym.Wrapper):
@@ -314,5 +315,5 @@ class LayoutRandomization(SeededWrapper):
             )
 
     def before_reset(self) -> None:
-        self.last = self.env.unwrapped.randomize_layout(self.rng)
+        self.last = cast(Any, self.env.unwrapped).randomize_layout(self.rng)
         self.applied += 1

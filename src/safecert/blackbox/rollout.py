@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -74,6 +74,7 @@ def build_cell_env(
         env = ActionDelay(env, params["delay"])
     level = params.get("act_noise", 0.0)
     if level > 0:
+        assert env_.act_noise is not None, "a cell with act_noise comes from [envelope] act_noise"
         kind = env_.act_noise.kind
         act_ranges = declared_act_ranges(config, env.action_space)
         env = (
@@ -87,6 +88,7 @@ def build_cell_env(
     if level > 0:
         assert obs_ranges is not None, "observation ranges are needed for observation noise"
         obs_ranges = np.asarray(obs_ranges, dtype=float).reshape(env.observation_space.shape)
+        assert env_.obs_noise is not None, "a cell with obs_noise comes from [envelope] obs_noise"
         kind = env_.obs_noise.kind
         env = (
             ObservationAdversary(env, level, obs_ranges, policy, config.adversary.candidates)
@@ -130,6 +132,12 @@ class SpecFailure(Exception):
     def __init__(self, field: str, reason: str) -> None:
         self.field, self.reason = field, reason
         super().__init__(f"{field}: {reason}")
+
+
+def _live(slots: Sequence[_Episode | None], i: int) -> _Episode:
+    ep = slots[i]
+    assert ep is not None, "a live slot holds an episode"
+    return ep
 
 
 class _Episode:
@@ -191,7 +199,8 @@ def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
             raise OracleFailure(f"action_out_of_space: action {action} is outside {space}")
         return action
     arr = np.asarray(row, dtype=float).reshape(space.shape)
-    low, high = np.asarray(space.low, float), np.asarray(space.high, float)
+    box = cast(spaces.Box, space)
+    low, high = np.asarray(box.low, dtype=float), np.asarray(box.high, dtype=float)
     if np.all(arr >= low) and np.all(arr <= high):
         return arr
     if rule == "clip":
@@ -278,7 +287,7 @@ def run_lockstep(
             try:
                 obs, _ = envs[i].reset(seed=job.seed)
             except OracleFailure as exc:
-                yield record(_Episode(job, None), False, False, exc.reason)
+                yield record(_Episode(job, np.empty(0)), False, False, exc.reason)
                 continue
             slots[i] = _Episode(job, np.asarray(obs, dtype=np.float64))
             return
@@ -290,20 +299,18 @@ def run_lockstep(
         live = [i for i, ep in enumerate(slots) if ep is not None]
         if not live:
             return
-        batch = (
-            slots[live[0]].obs[None] if len(live) == 1 else np.stack([slots[i].obs for i in live])
-        )
+        running = [_live(slots, i) for i in live]
+        batch = running[0].obs[None] if len(running) == 1 else np.stack([e.obs for e in running])
         try:
             actions = np.asarray(policy(batch))
             if actions.ndim == 0 or actions.shape[0] != len(live):
                 raise OracleFailure(f"expected {len(live)} action rows, got shape {actions.shape}")
         except OracleFailure as exc:
-            for i in live:
-                yield record(slots[i], False, False, exc.reason)
+            for i, ep in zip(live, running, strict=True):
+                yield record(ep, False, False, exc.reason)
                 yield from fill(i)
             continue
-        for row, i in enumerate(live):
-            ep = slots[i]
+        for row, (i, ep) in enumerate(zip(live, running, strict=True)):
             env = envs[i]
             try:
                 action = to_action(env.action_space, actions[row], rule)
@@ -311,7 +318,7 @@ def run_lockstep(
                 ep.last = step_scope(
                     true_observation(env, obs),
                     action,
-                    reward,
+                    float(reward),
                     info,
                     terminated,
                     truncated,

@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from safecert.blackbox.oracles.base import (
     Oracle,
@@ -159,7 +159,9 @@ def parse_oracle_spec(
             from safecert.blackbox.oracles.sb3_oracle import sb3_algorithm
 
             sb3_algorithm(path)  # a zip of another kind is one error now, not in a worker
-        return replace(template, kind=scheme, target=str(path), artifacts=(str(path),))
+        return replace(
+            template, kind=cast(OracleKind, scheme), target=str(path), artifacts=(str(path),)
+        )
     raise ConfigError(
         f"unknown policy scheme {scheme!r} in {policy!r}",
         field="policy",

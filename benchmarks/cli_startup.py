@@ -1,0 +1,89 @@
+"""Start-up of the command: wall time of `safecert bound` and of a 1-episode `safecert certify`,
+each beside a baseline run the same way in the same process (the bare interpreter; a hand-written
+Gymnasium loop on the same task), median of ``--repeat`` runs, with the load average.
+
+    .venv/bin/python benchmarks/cli_startup.py --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAFECERT = [sys.executable, "-m", "safecert.cli.main"]
+
+HAND = """
+import sys
+sys.path.insert(0, {examples!r})
+import numpy as np
+import gymnasium as gym
+import safecert.envs  # registers the built-in tasks
+from vendors.point_policies import hazard_avoider
+env = gym.make("SafePointGoal-v0", layout_seed=0)
+obs, _ = env.reset(seed=0)
+for t in range(200):
+    obs, r, term, trunc, info = env.step(hazard_avoider(np.asarray(obs)[None])[0])
+    if term or trunc:
+        break
+"""
+
+CONFIG = """
+policy = "python:vendors.point_policies:hazard_avoider"
+env = "SafePointGoal-v0"
+env_kwargs = { layout_seed = 0 }
+episodes = 1
+seed = 0
+max_steps = 200
+workers = 1
+[spec]
+budget = 1000.0
+goal = "steps >= 0"
+"""
+
+
+def wall(cmd: list[str], repeat: int, cwd: Path | None = None, fresh: Path | None = None) -> float:
+    times = []
+    for _ in range(repeat):
+        if fresh is not None:
+            subprocess.run(["rm", "-rf", str(fresh)], check=True)
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True)
+        times.append(time.perf_counter() - start)
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="startup_"))
+    (tmp / "one.toml").write_text(textwrap.dedent(CONFIG))
+    subprocess.run(["cp", "-r", str(REPO / "examples" / "vendors"), str(tmp)], check=True)
+    (tmp / "hand.py").write_text(HAND.format(examples=str(tmp)))
+    bound = SAFECERT + ["bound", "--failures", "81", "--episodes", "10000", "--family-size", "9"]
+    result = {
+        "load_average_1min": os.getloadavg()[0],
+        "interpreter_s": wall([sys.executable, "-c", "pass"], args.repeat),
+        "bound_s": wall(bound, args.repeat),
+        "hand_loop_s": wall([sys.executable, str(tmp / "hand.py")], args.repeat),
+        "certify_1_episode_s": wall(
+            SAFECERT + ["certify", "one.toml", "--out", "out"], args.repeat, tmp, tmp / "out"
+        ),
+    }
+    result["certify_fixed_over_hand_s"] = result["certify_1_episode_s"] - result["hand_loop_s"]
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

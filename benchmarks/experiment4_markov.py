@@ -18,10 +18,11 @@ import json
 import sys
 
 import numpy as np
+from _experiments import gridworld
+from _experiments import sandbox_experiments as sx
 from rich.console import Console
 from rich.progress import Progress
 
-from safecert.shield import gridworld
 from safecert.shield import sandbox_model as sm
 from safecert.shield.diagnostics import diagnose
 from safecert.shield.logs import Step
@@ -45,11 +46,11 @@ def grid_steps(episodes: int, seed: int):
 
 
 def sandbox_steps(episodes: int, seed: int, coarse: bool):
-    steps = sm.simulate(sm.true_kernel(), sm.explore_policy(), episodes, 10,
+    steps = sm.simulate(sm.true_kernel(), sx.explore_policy(), episodes, 10,
                         np.random.default_rng(seed))  # fmt: skip
     if not coarse:
         return sm.load(), steps
-    model, f2c = sm.coarsened("confirmed")
+    model, f2c = sx.coarsened("confirmed")
     steps = steps.copy()
     steps[:, 2], steps[:, 4] = f2c[steps[:, 2]], f2c[steps[:, 4]]
     return model, steps

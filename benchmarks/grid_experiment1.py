@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from safecert.shield.gridworld import (
+from _experiments.gridworld import (
     adversary,
     competent,
     grid_model,
@@ -26,6 +25,7 @@ from safecert.shield.gridworld import (
     simulate_logs,
     true_kernel,
 )
+
 from safecert.shield.reach import exact_rows, value_iteration
 from safecert.shield.report import plot_grid
 from safecert.shield.synthesis import synthesize

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from _experiments.gridworld import grid_model, simulate_logs, true_kernel
 from rich.progress import Progress
 
-from safecert.shield.gridworld import grid_model, simulate_logs, true_kernel
 from safecert.shield.reach import exact_rows, value_iteration
 from safecert.shield.synthesis import synthesize
 

@@ -22,9 +22,9 @@ import types
 from pathlib import Path
 
 import numpy as np
+from _experiments.gridworld import grid_model, simulate_logs, true_kernel
 
 from safecert.shield.confidence import inner_max
-from safecert.shield.gridworld import grid_model, simulate_logs, true_kernel
 from safecert.shield.reach import Rows, value_iteration
 from safecert.shield.synthesis import METHODS, synthesize
 

@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _experiments.sandbox_experiments import table3_rows
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
-
-from safecert.shield.sandbox_model import table3_rows
 
 COLUMNS = [
     "bound",

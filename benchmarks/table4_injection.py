@@ -21,13 +21,14 @@ import sys
 from collections import Counter
 
 import numpy as np
+from _experiments.agents import INJECTION, InjectedAgent
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from safecert.shield import baselines
 from safecert.shield import sandbox_model as sm
-from safecert.shield.controllers import INJECTION, InjectedAgent, ScriptedAgent, UniformRandom
+from safecert.shield.controllers import ScriptedAgent, UniformRandom
 from safecert.shield.estimate import estimate
 from safecert.shield.guard import Guard, run_episode
 from safecert.shield.sandbox import TOOLS, Sandbox

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from safecert.blackbox.certify import certify
 from tests.blackbox.pipeline_helpers import cartpole_run, write_run
 
@@ -88,6 +90,9 @@ def test_certificate_follows_the_architecture_and_verifies(cli, cli_here, tmp_pa
     assert any(name.startswith("result.cells[3].") for name in failed)
 
 
+# workers/batch size are also covered by test_rollout's record equality, byte-equal
+# certificates by the resume test below
+@pytest.mark.slow
 def test_equal_seeds_give_bit_identical_certificates(tmp_path):
     config = cartpole_run(tmp_path, episodes=8, batch_size=3)
     a = _certify_here(config, tmp_path / "a", workers=1)

@@ -56,6 +56,8 @@ def test_records_identical_to_local(ray_backend, tmp_path):
     assert again == local[:5]
 
 
+# full validation; Ray = local is also shown, faster, by test_records_identical_to_local
+@pytest.mark.slow
 def test_equal_certificates_fixed_and_sequential(ray_backend, tmp_path):
     config = cartpole_run(tmp_path, episodes=16)
     a = certify(config, tmp_path / "local", backend=LocalBackend(1), progress=False)

@@ -56,6 +56,9 @@ def _verify_in_process(cert: Path, capsys) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
+# full validation; verify passing and catching a changed invariant are also shown by
+# test_forgery.py (in process) and test_custom_system.py (real `safecert verify --json`)
+@pytest.mark.slow
 def test_safecert_verify_rechecks_and_catches_tampering(lds_run, cli, tmp_path, capsys):
     ok = cli("verify", str(lds_run.certificate), "--json")  # real subprocess: exit 0, JSON
     assert ok.code == 0, ok.stderr

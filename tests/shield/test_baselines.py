@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
+from benchmarks._experiments import sandbox_experiments as sx
 from safecert.shield import baselines
 from safecert.shield import sandbox_model as sm
 from safecert.shield.controllers import Adversary
@@ -106,11 +107,11 @@ def test_ours_forbids_far_fewer_pairs_than_count_threshold_and_is_safe(logs):
         assert ours.bound <= 0.05
         assert pct(model, ours.allowed) * 2.5 < pct(model, count.allowed)
         assert sm.exact_risk(model, ours.allowed) <= ours.bound + 1e-12
-        assert sm.competent_behaviour(ours.allowed).success > 0.95
+        assert sx.competent_behaviour(ours.allowed).success > 0.95
 
 
 def test_table3_rows_for_one_seed():
-    rows = {r["name"]: r for r in sm.table3_rows(0)}
+    rows = {r["name"]: r for r in sx.table3_rows(0)}
     assert set(rows) >= {"ours (robust_q)", "ours (additive)", "plug-in", "policy-specific",
                          "count<10", "dirichlet (additive)"}  # fmt: skip
     for r in rows.values():

@@ -15,7 +15,12 @@ from safecert.shield.confidence import beta, inner_max, worst_distribution
 
 
 def lp_sigma(v, p, radius):
-    """max <q,v> s.t. q in simplex, ||q-p||_1 <= radius; variables (q, t), t >= |q - p|."""
+    """max <q,v> s.t. q in simplex, ||q-p||_1 <= radius; variables (q, t), t >= |q - p|.
+
+    At radius 0 the only feasible q is p itself (the LP solver may call that single point
+    infeasible when p sums to 1 only up to rounding), so the value is <p, v>."""
+    if radius == 0.0:
+        return float(np.dot(p, v))
     k = len(v)
     c = np.r_[-np.asarray(v), np.zeros(k)]
     eye = np.eye(k)

@@ -8,14 +8,10 @@ from functools import cache
 import numpy as np
 import pytest
 
+from benchmarks._experiments import sandbox_experiments as sx
+from benchmarks._experiments.agents import INJECTION, InjectedAgent
 from safecert.shield import sandbox_model as sm
-from safecert.shield.controllers import (
-    INJECTION,
-    Adversary,
-    InjectedAgent,
-    ScriptedAgent,
-    UniformRandom,
-)
+from safecert.shield.controllers import Adversary, ScriptedAgent, UniformRandom
 from safecert.shield.guard import Guard, run_episode
 from safecert.shield.reach import full_shield
 from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig, ToolCall
@@ -32,7 +28,7 @@ def test_scripted_agent_is_competent_and_never_harms(sandbox):
     rng = np.random.default_rng(1)
     runs = [run_episode(ScriptedAgent(), sandbox, None, rng=rng) for _ in range(150)]
     assert not any(r.unsafe for r in runs)
-    exact = sm.competent_behaviour(full_shield(sm.load())).success
+    exact = sx.competent_behaviour(full_shield(sm.load())).success
     assert (
         abs(np.mean([r.success for r in runs]) - exact)
         < 4 * np.sqrt(exact * (1 - exact) / 150) + 0.01

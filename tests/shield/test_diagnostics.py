@@ -10,8 +10,9 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from benchmarks._experiments import gridworld
+from benchmarks._experiments import sandbox_experiments as sx
 from safecert.errors import ConfigError
-from safecert.shield import gridworld
 from safecert.shield import sandbox_model as sm
 from safecert.shield.diagnostics import context_counts, diagnose
 from safecert.shield.logs import Step, iter_steps
@@ -22,12 +23,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sandbox"
 
 def _explore(seed: int, episodes: int = 4000) -> np.ndarray:
     return sm.simulate(
-        sm.true_kernel(), sm.explore_policy(), episodes, 10, np.random.default_rng(seed)
+        sm.true_kernel(), sx.explore_policy(), episodes, 10, np.random.default_rng(seed)
     )
 
 
 def _coarse(steps: np.ndarray):
-    model, f2c = sm.coarsened("confirmed")
+    model, f2c = sx.coarsened("confirmed")
     out = steps.copy()
     out[:, 2], out[:, 4] = f2c[steps[:, 2]], f2c[steps[:, 4]]
     return model, out
@@ -89,7 +90,7 @@ def test_real_sandbox_logs_pass_and_fail_without_confirmation(tmp_path):
     model = load_model(EXAMPLES / "model.toml")
     d = diagnose(model, iter_steps(EXAMPLES / "explore.jsonl", model), permutations=100)
     assert d.testable >= 15 and d.rejected == 0 and d.eta_hat < d.eta_null
-    cm, f2c = sm.coarsened("confirmed")
+    cm, f2c = sx.coarsened("confirmed")
     fine_index = {lab: i for i, lab in enumerate(sm.LABELS)}
     out = tmp_path / "coarse.jsonl"
     with out.open("w") as fh:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks._experiments.gridworld import (
+    GridSpec,
+    grid_model,
+    simulate_logs,
+    true_kernel,
+    write_logs,
+)
 from safecert.shield.estimate import estimate
-from safecert.shield.gridworld import GridSpec, grid_model, simulate_logs, true_kernel, write_logs
 from safecert.shield.logs import iter_steps
 from safecert.shield.reach import exact_rows, full_shield, value_iteration
 
@@ -60,7 +66,7 @@ def test_jsonl_round_trip_gives_the_same_estimates(tmp_path):
 def test_quick_experiment1_adversary_matches_exact_worst_case():
     """Small Experiment 1: the worst admissible controller's simulated unsafe rate equals the
     exact worst case (within 4 standard errors); the others stay below; all below the bound."""
-    from safecert.shield.gridworld import adversary, competent, random_controller, rollout
+    from benchmarks._experiments.gridworld import adversary, competent, random_controller, rollout
     from safecert.shield.synthesis import synthesize
 
     model = grid_model(12_000)

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
+from benchmarks._experiments.agents import INJECTION
 from safecert.errors import ConfigError, OracleError
-from safecert.shield.controllers import INJECTION
 from safecert.shield.guard import Guard, run_episode
 from safecert.shield.llm import INVALID, ChatClient, LLMAgent, parse_tool_call
 from safecert.shield.sandbox import TOOLS, Sandbox, SandboxConfig, all_live_labels
@@ -230,6 +230,7 @@ def test_table4_benchmark_runs_the_llm_row_on_the_configured_endpoint(server, mo
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "table4_injection.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # the script imports its `_experiments`
     spec = importlib.util.spec_from_file_location("table4_injection", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

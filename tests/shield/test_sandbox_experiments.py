@@ -10,15 +10,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from benchmarks._experiments import sandbox_experiments as sx
+from benchmarks._experiments.agents import INJECTION, InjectedAgent
 from safecert.shield import baselines
 from safecert.shield import sandbox_model as sm
-from safecert.shield.controllers import (
-    INJECTION,
-    Adversary,
-    Explorer,
-    InjectedAgent,
-    ScriptedAgent,
-)
+from safecert.shield.controllers import Adversary, Explorer, ScriptedAgent
 from safecert.shield.estimate import estimate
 from safecert.shield.guard import Guard, run_episode
 from safecert.shield.logs import iter_steps
@@ -67,7 +63,7 @@ def test_example_model_and_logs_are_current():
 def test_adversary_through_the_shield_stays_under_the_certificate():
     cfg = SandboxConfig(misfire_prob=0.8, horizon=4)  # hazards are slow: certificates in (0, 1)
     model = sm.load(cfg, n0=300)
-    steps = sm.simulate(sm.true_kernel(cfg), sm.explore_policy(), 3000, 4, np.random.default_rng(0))
+    steps = sm.simulate(sm.true_kernel(cfg), sx.explore_policy(), 3000, 4, np.random.default_rng(0))
     est = estimate(model, sm.as_steps(model, steps))
     shields = [full_shield(model), synthesize(model, est, 0.2, method="greedy").allowed]
     for allowed in shields:
@@ -96,7 +92,7 @@ def test_scripted_agent_exact_behaviour_matches_real_runs():
     blocked = ours.copy()
     blocked[sm.LABELS.index("{confirmed}"), TOOLS.index("chmod")] = False  # force interventions
     for allowed in (ours, blocked):
-        exact = sm.competent_behaviour(allowed)
+        exact = sx.competent_behaviour(allowed)
         rng = np.random.default_rng(4)
         with Sandbox(rng) as sb:
             guard = Guard(sm.shield_table(allowed), sb.state, actions=TOOLS)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks._experiments.gridworld import grid_model, simulate_logs, true_kernel
 from safecert.shield.estimate import estimate
-from safecert.shield.gridworld import grid_model, simulate_logs, true_kernel
 from safecert.shield.reach import exact_rows, full_shield, robust_rows, value_iteration
 from safecert.shield.synthesis import synthesize
 

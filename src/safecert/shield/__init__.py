@@ -3,7 +3,8 @@
 Pipeline: :mod:`model` (TOML → :class:`ShieldModel`) → :mod:`logs` (:func:`iter_steps`, streaming
 JSONL) → :mod:`estimate` (committed budgets, :class:`RowEstimates`) → :mod:`confidence` (β, the
 inner maximisation σ) → :mod:`reach` (robust / exact value iteration) → :mod:`synthesis`
-(least-restrictive shields). :mod:`gridworld` is the 7×7 benchmark with a known kernel.
+(least-restrictive shields). The 7×7 benchmark grid with a known kernel is experiment code and
+lives in ``benchmarks/_experiments/gridworld.py``.
 """
 
 from __future__ import annotations

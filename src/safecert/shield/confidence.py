@@ -83,10 +83,12 @@ def inner_max_columns(v: list[np.ndarray], p: list[np.ndarray], radius: np.ndarr
             p[i], p[i + 1] = np.where(swap, p[i + 1], p[i]), np.where(swap, p[i], p[i + 1])
     xi = np.maximum(np.minimum(np.asarray(radius) / 2.0, 1.0 - p[-1]), 0.0)
     sigma = xi * v[-1]
-    below = np.zeros_like(xi)
+    below = p[0]  # mass of the entries below j; the first take is min(ξ, p_0) (ξ ≥ 0, exact)
     for j in range(k):
         sigma = sigma + p[j] * v[j]
-        if j < k - 1:
+        if j == 0 and k > 1:
+            sigma = sigma - np.minimum(xi, p[0]) * v[0]
+        elif j < k - 1:
             sigma = sigma - np.minimum(np.maximum(xi - below, 0.0), p[j]) * v[j]
             below = below + p[j]
     return sigma

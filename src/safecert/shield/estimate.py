@@ -6,8 +6,9 @@ discarded: P̂(s'|s,a) = N0(s,a,s') / n0(s,a). A row visited fewer than n0 times
 confidence set is every distribution on K(s,a)); this loosens the certificate but never invalidates
 it. Rows with |K| = 1 (halt, unsafe self-loops, declared deterministic calls) are exact.
 
-Counting streams: steps are gathered in chunks and truncated with a vectorised per-row rank, so
-memory is O(chunk + table), not O(log).
+Counting streams: steps are gathered in chunks (or taken as the column blocks of the fast log
+reader, :meth:`~safecert.shield.logs.StepLog.blocks`) and truncated with a vectorised per-row rank,
+so memory is O(chunk + table), not O(log).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from safecert.errors import ConfigError
-from safecert.shield.logs import Step
+from safecert.shield.logs import Step, StepLog
 from safecert.shield.model import ShieldModel
 
 CHUNK = 1 << 16
@@ -119,6 +120,10 @@ def estimate(
     """
     counter = RowCounter(model, n0)
     m = len(model.actions)
+    if isinstance(steps, StepLog):  # columns straight from the fast reader
+        for block in steps.blocks():
+            counter.add(block.state * m + block.action, block.pos)
+        return counter.result(steps.episodes)
     episodes: set[str] = set()
     rows, pos = np.empty(chunk, np.int64), np.empty(chunk, np.int64)
     fill = 0

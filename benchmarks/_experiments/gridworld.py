@@ -180,34 +180,6 @@ def write_logs(
     return est
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(type(v))
-
-
-def write_model_toml(spec: GridSpec, episodes: int, path: Path) -> Path:
-    """Write the grid model as TOML (the format ``safecert shield`` reads)."""
-    data = grid_model_dict(spec, episodes)
-    lines = [f"# 7x7 grid of the paper (Sec. V-A), budget 0.7*M*T/R with M = {episodes}"]
-    tables = {k: data.pop(k) for k in ("successors", "layout")}
-    lines += [f"{k} = {_toml_value(v)}" for k, v in data.items()]
-    lines += ["", "[layout]"] + [f"{k} = {_toml_value(v)}" for k, v in tables["layout"].items()]
-    for action, table in tables["successors"].items():
-        lines += ["", f"[successors.{action}]"]
-        lines += [f"{json.dumps(s)} = {_toml_value(v)}" for s, v in table.items()]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return Path(path)
-
-
 def rollout(
     model: ShieldModel,
     probs: np.ndarray,

@@ -231,10 +231,13 @@ def write_certificate(cert: Certificate, path: Path, *, sign_key: Path | None = 
 def read_certificate(path: Path) -> Certificate:
     """Read and validate a certificate; any problem is one :class:`DataError` line."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir() and (path / "certificate.json").is_file():
         raise DataError(
-            f"{path} does not exist", field="certificate", fix="pass a certificate.json"
+            f"{path} is a folder", field="certificate", fix=f"pass {path / 'certificate.json'}"
         )
+    if not path.is_file():
+        what = "is not a regular file" if path.exists() else "does not exist"
+        raise DataError(f"{path} {what}", field="certificate", fix="pass a certificate.json")
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -165,6 +165,12 @@ def test_edited_result_field(fixed, field, value):
     assert _verify(cert) == 1
 
 
+def test_envelope_seed_that_disagrees_with_parameters(fixed):
+    cert = fixed / "certificate.json"
+    _edit(cert, lambda d: d.__setitem__("seed", d["seed"] + 1))
+    assert _verify(cert) == 1
+
+
 def test_flipped_verdict_only(fixed):
     cert = fixed / "certificate.json"
     _edit(cert, lambda d: d.__setitem__("verdict", "PASS"))

@@ -139,6 +139,7 @@ FORGERIES: list[tuple[str, Edit, set[str]]] = [
     ("result.delta 0.05 -> 0.001", _set("result", "delta", 0.001), {"result.delta"}),
     ("bound halved", _halve_bound, {"result.bound"}),
     ("verdict flipped", _set("verdict", "FAIL"), {"verdict"}),
+    ("a seed added", _set("seed", 7), {"seed (a shield certificate draws nothing at random)"}),
     ("epsilon looser in parameters and result", _epsilon(0.25), {SYNTH}),
     ("epsilon tighter in parameters and result", _epsilon(0.1), {SYNTH, "verdict"}),
     ("model copy: horizon 16 -> 8", _model_copy_horizon,

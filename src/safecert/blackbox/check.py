@@ -59,6 +59,7 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         raise DataError(str(exc)) from None
     root = Path(evidence.inputs_dir) if evidence.inputs_dir else Path(cert.inputs.root)
     check_file_digests(cert, evidence, report)
+    report.equal("seed = parameters.seed", config.seed, cert.seed)
     _check_config_file(cert, config, evidence, report)
     family = Family.of(config.envelope, config.spec.confidence)
     store_entries = [e for e in cert.inputs.evidence if e.role == "episodes"]

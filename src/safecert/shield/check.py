@@ -51,6 +51,7 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         raise DataError(f"is {cert.kind!r}, not 'shield'", field="certificate.kind")
     params = parse_parameters(cert.parameters)
     report = VerificationReport("shield")
+    report.equal("seed (a shield certificate draws nothing at random)", None, cert.seed)
     model_entry = _entry(cert.inputs.files, "model", "files")
     logs_entry = _entry(cert.inputs.files, "logs", "files")
     copy_entry = _entry(cert.inputs.evidence, "model-copy", "evidence")

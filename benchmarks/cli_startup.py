@@ -1,8 +1,10 @@
-"""Start-up of the command: wall time of `safecert bound` and of a 1-episode `safecert certify`,
-each beside a baseline run the same way in the same process (the bare interpreter; a hand-written
-Gymnasium loop on the same task), median of ``--repeat`` runs, with the load average.
+"""Start-up of the command: wall time of `safecert bound` and of `safecert certify` (1 worker) at
+each of ``--episodes``, each beside a baseline run the same way from the same process (the bare
+interpreter; a hand-written Gymnasium loop script on the same task, policy, seeds and episode
+count), median of ``--repeat`` runs, with the load average. Baseline and command alternate, so
+load changes hit both.
 
-    .venv/bin/python benchmarks/cli_startup.py --repeat 5
+    .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300
 """
 
 from __future__ import annotations
@@ -28,19 +30,21 @@ import numpy as np
 import gymnasium as gym
 import safecert.envs  # registers the built-in tasks
 from vendors.point_policies import hazard_avoider
+from safecert.blackbox.jobs import episode_seed
 env = gym.make("SafePointGoal-v0", layout_seed=0)
-obs, _ = env.reset(seed=0)
-for t in range(200):
-    obs, r, term, trunc, info = env.step(hazard_avoider(np.asarray(obs)[None])[0])
-    if term or trunc:
-        break
+for i in range(int(sys.argv[1])):
+    obs, _ = env.reset(seed=episode_seed(0, 0, i))
+    for t in range(200):
+        obs, r, term, trunc, info = env.step(hazard_avoider(np.asarray(obs)[None])[0])
+        if term or trunc:
+            break
 """
 
 CONFIG = """
 policy = "python:vendors.point_policies:hazard_avoider"
 env = "SafePointGoal-v0"
-env_kwargs = { layout_seed = 0 }
-episodes = 1
+env_kwargs = {{ layout_seed = 0 }}
+episodes = {episodes}
 seed = 0
 max_steps = 200
 workers = 1
@@ -66,22 +70,32 @@ def wall(cmd: list[str], repeat: int, cwd: Path | None = None, fresh: Path | Non
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--episodes", default="1,300", help="comma-separated episode counts")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="startup_"))
-    (tmp / "one.toml").write_text(textwrap.dedent(CONFIG))
     subprocess.run(["cp", "-r", str(REPO / "examples" / "vendors"), str(tmp)], check=True)
     (tmp / "hand.py").write_text(HAND.format(examples=str(tmp)))
     bound = SAFECERT + ["bound", "--failures", "81", "--episodes", "10000", "--family-size", "9"]
-    result = {
+    result: dict[str, object] = {
         "load_average_1min": os.getloadavg()[0],
         "interpreter_s": wall([sys.executable, "-c", "pass"], args.repeat),
         "bound_s": wall(bound, args.repeat),
-        "hand_loop_s": wall([sys.executable, str(tmp / "hand.py")], args.repeat),
-        "certify_1_episode_s": wall(
-            SAFECERT + ["certify", "one.toml", "--out", "out"], args.repeat, tmp, tmp / "out"
-        ),
     }
-    result["certify_fixed_over_hand_s"] = result["certify_1_episode_s"] - result["hand_loop_s"]
+    for n in [int(v) for v in args.episodes.split(",")]:
+        (tmp / f"run{n}.toml").write_text(textwrap.dedent(CONFIG.format(episodes=n)))
+        hand, cert = [], []
+        for _ in range(args.repeat):  # alternate, so load changes hit both sides
+            hand.append(wall([sys.executable, str(tmp / "hand.py"), str(n)], 1))
+            cmd = SAFECERT + ["certify", f"run{n}.toml", "--out", "out", "--workers", "1"]
+            cert.append(wall(cmd, 1, tmp, tmp / "out"))
+        h, c = statistics.median(hand), statistics.median(cert)
+        result[f"episodes_{n}"] = {
+            "hand_loop_s": h,
+            "certify_s": c,
+            "fixed_over_hand_s": c - h,
+            "ratio": c / h,
+        }
+    result["load_average_1min_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=1))
 
 

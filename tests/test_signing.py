@@ -427,9 +427,9 @@ def test_keygen_refuses_to_overwrite(tmp_path):
 def test_keygen_never_overwrites_a_key_that_appears_meanwhile(tmp_path, monkeypatch):
     """A concurrent keygen writing the key between the existence check and the write loses
     nothing: the key is linked into place exclusively."""
-    import safecert.signing as signing
+    from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    real = signing.Ed25519PrivateKey
+    real = ed25519.Ed25519PrivateKey
 
     class Racing:
         @staticmethod
@@ -437,7 +437,7 @@ def test_keygen_never_overwrites_a_key_that_appears_meanwhile(tmp_path, monkeypa
             (tmp_path / PRIVATE_KEY_NAME).write_bytes(b"the other run's key")
             return real.generate()
 
-    monkeypatch.setattr(signing, "Ed25519PrivateKey", Racing)
+    monkeypatch.setattr(ed25519, "Ed25519PrivateKey", Racing)  # imported at the call
     with pytest.raises(ConfigError, match="--out"):
         generate_keypair(tmp_path)
     assert (tmp_path / PRIVATE_KEY_NAME).read_bytes() == b"the other run's key"

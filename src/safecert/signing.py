@@ -45,14 +45,17 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from safecert.certificate import MAX_BYTES, Check
 from safecert.document import canonical_json, durable_write, fsync_dir, sha256_bytes
 from safecert.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used: reading a report needs none
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "ALGORITHM",
@@ -94,6 +97,8 @@ def fingerprint(public_key: Ed25519PublicKey) -> str:
     ``openssl pkey -pubin -in PUB -outform DER | tail -c 32 | sha256sum``. (Not OpenSSH's
     fingerprint, which hashes the SSH wire format and prints base64.)
     """
+    from cryptography.hazmat.primitives import serialization
+
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return "SHA256:" + hashlib.sha256(raw).hexdigest()
 
@@ -110,6 +115,9 @@ def generate_keypair(out_dir: Path) -> tuple[Path, Path]:
     0700. Raises :class:`ConfigError` naming ``--out`` when either key file already exists or the
     folder cannot be written.
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     out_dir = Path(out_dir)
     key_path, pub_path = out_dir / PRIVATE_KEY_NAME, out_dir / PUBLIC_KEY_NAME
     for existing in (key_path, pub_path):
@@ -210,6 +218,10 @@ def _read_small(path: Path, option: str, what: str) -> bytes:
 def load_private_key(path: Path, *, option: str = "--sign-key") -> Ed25519PrivateKey:
     """Read an unencrypted PKCS#8 PEM Ed25519 private key; any problem is one :class:`ConfigError`
     naming ``option`` (``--sign-key`` or ``--key``) with the fix."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     data = _read_small(path, option, f"private key ({PRIVATE_KEY_NAME})")
     if b"PUBLIC KEY-----" in data:
         raise ConfigError(
@@ -243,6 +255,10 @@ def load_private_key(path: Path, *, option: str = "--sign-key") -> Ed25519Privat
 def load_public_key(path: Path, *, option: str = "--pubkey") -> Ed25519PublicKey:
     """Read a SubjectPublicKeyInfo PEM Ed25519 public key; any problem is one
     :class:`ConfigError` naming ``option`` with the fix."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     data = _read_small(path, option, f"public key ({PUBLIC_KEY_NAME})")
     if b"PRIVATE KEY-----" in data:
         raise ConfigError(
@@ -375,6 +391,8 @@ def check_signature(cert_path: Path, pubkey_path: Path) -> list[Check]:
     failure). A missing, malformed or mismatching signature is a failing check, never an
     exception; a bad ``--pubkey`` file is a :class:`ConfigError` (bad input, exit 2).
     """
+    from cryptography.exceptions import InvalidSignature
+
     public_key = load_public_key(pubkey_path)
     cert_path, sig_path = Path(cert_path), signature_path(cert_path)
     expected = fingerprint(public_key)

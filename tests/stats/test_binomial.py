@@ -78,3 +78,106 @@ def test_bad_input_raises_named_errors():
         cp_upper(5, 3, 0.1)
     with pytest.raises(ConfigError, match="delta"):
         cp_upper(1, 3, 1.5)
+
+
+# --- the pure-Python bound against independent computations -------------------------------
+
+mp = pytest.importorskip("mpmath")
+
+
+def _mp_cdf(k: int, n: int, p):  # noqa: ANN001, ANN202 — 50-digit P(X ≤ k) by direct summation
+    q = 1 - p
+    term = q**n
+    total = term
+    for j in range(1, k + 1):
+        term = term * (n - j + 1) / j * p / q
+        total += term
+    return total
+
+
+def _mp_root(f, guess: float):  # noqa: ANN001, ANN202 — 50-digit bisection around a float guess
+    lo, hi = mp.mpf(guess) * (1 - mp.mpf("1e-6")), mp.mpf(guess) * (1 + mp.mpf("1e-6"))
+    f_lo = f(lo)
+    assert f_lo * f(hi) < 0
+    for _ in range(120):
+        mid = (lo + hi) / 2
+        f_mid = f(mid)
+        if (f_mid < 0) == (f_lo < 0):
+            lo, f_lo = mid, f_mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def test_stirling_table_and_pmf_against_50_digit_arithmetic():
+    from safecert.stats.binomial import _STIRLERR, binomial_pmf
+
+    with mp.workdps(50):
+        for n in range(1, 16):
+            exact = mp.log(mp.factorial(n)) - (n + mp.mpf(1) / 2) * mp.log(n) + n
+            exact -= mp.log(2 * mp.pi) / 2
+            assert _STIRLERR[n] == pytest.approx(float(exact), rel=1e-16)
+        for n, x, p in [
+            (1, 0, 0.3),
+            (45, 3, 0.05),
+            (10_000, 81, 0.0104),
+            (10_000, 5_000, 0.5),
+            (10**6, 1, 1e-15),
+            (10**7, 0, 2e-6),
+            (10**7, 10**7, 0.999999),
+            (10**9, 5, 9.27e-9),
+            (300, 299, 0.99),
+        ]:
+            exact = mp.binomial(n, x) * mp.mpf(p) ** x * (1 - mp.mpf(p)) ** (n - x)
+            assert binomial_pmf(x, n, p) == pytest.approx(float(exact), rel=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "delta"),
+    [
+        (0, 45, 0.05),
+        (3, 45, 0.05),
+        (44, 45, 0.05),
+        (81, 10_000, 0.1 / 9),
+        (460, 10_000, 0.1 / 9),
+        (1, 10**6, 1e-9),
+        (5, 10**9, 0.1),
+        (200, 10**7, 0.01),
+        (7, 20, 0.9),
+    ],
+)
+def test_bounds_equal_50_digit_roots(k, n, delta):
+    with mp.workdps(50):
+        if k < n:
+            value = cp_upper(k, n, delta).value
+            exact = _mp_root(lambda p: _mp_cdf(k, n, p) - mp.mpf(delta), value)
+            assert value == pytest.approx(float(exact), rel=1e-14)
+        if k > 0:
+            value = cp_lower(k, n, delta).value
+            exact = _mp_root(lambda p: 1 - _mp_cdf(k - 1, n, p) - mp.mpf(delta), value)
+            assert value == pytest.approx(float(exact), rel=1e-14)
+
+
+def test_agrees_with_scipy_betaincinv_over_a_wide_grid():
+    from scipy.special import betaincinv
+
+    rng = np.random.default_rng(1)
+    for _ in range(400):
+        n = int(10 ** rng.uniform(0, 6))
+        k = int(rng.integers(0, n + 1))
+        delta = float(10 ** rng.uniform(-6, np.log10(0.9)))
+        upper = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1 - delta))
+        lower = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, delta))
+        assert cp_upper(k, n, delta).value == pytest.approx(upper, rel=1e-11, abs=1e-300)
+        assert cp_lower(k, n, delta).value == pytest.approx(lower, rel=1e-11, abs=1e-300)
+
+
+def test_tails_sum_to_one_and_match_the_pmf_sum():
+    from safecert.stats.binomial import binomial_pmf, binomial_tails
+
+    for n, p in [(30, 0.2), (200, 0.01), (1000, 0.7), (50, 1e-12)]:
+        for k in range(0, n + 1, max(1, n // 25)):
+            below, above = binomial_tails(k, n, p)
+            direct = sum(binomial_pmf(j, n, p) for j in range(k + 1))
+            assert below == pytest.approx(direct, rel=1e-12, abs=1e-300)
+            assert below + above == pytest.approx(1.0, abs=1e-14)

@@ -324,9 +324,13 @@ def run_jobs(
     store: EpisodeStore,
     *,
     progress: bool = True,
-    commit_every: int = 8,
+    commit_every: int = 32,
 ) -> int:
-    """Run ``jobs`` and store each record; returns the number of new records."""
+    """Run ``jobs`` and store each record; returns the number of new records.
+
+    Records are committed ``commit_every`` at a time and at the end (each commit is synced to
+    disk), so a crash loses at most that many episodes, which ``--resume`` re-runs with the same
+    seeds; a sync per few episodes would cost more than a cheap episode."""
     from safecert.blackbox.progress import RunProgress
 
     added = 0

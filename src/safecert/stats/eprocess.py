@@ -23,8 +23,8 @@ split) and P_p(wrong decision) ≤ δ' at any stopping time; Bonferroni over cel
 **Why these mixtures.** Closed forms through the regularised incomplete Beta function, and power
 where certification needs it: π⁺'s mass near 0 makes a failure-free cell pass after about
 ln(2/δ)/−ln(1−p*) episodes (59 at p* = 0.05, δ = 0.1; fixed N needs 45), while its spread up to p*
-keeps power at rates well inside (median 156 episodes at p = 0.02, where the smallest fixed N
-with 90 % power is 260). π⁻ has mean ≈ 3p* for small p*, giving power at rates 2–4× p*.
+keeps power at rates well inside (median 155 episodes at p = 0.02, where the smallest fixed N
+with 90 % power is 258). π⁻ has mean ≈ 3p* for small p*, giving power at rates 2–4× p*.
 
 **Bounds.** The rule reports the anytime-valid one-sided bounds obtained by inverting the same
 family of tests: U_n = the smallest p0 above k/n at which E⁺_n(p0) ≥ 1/δ (E⁺_n(p0) increases in

@@ -8,9 +8,8 @@ family-wise error while rejecting at least as often.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from safecert.errors import ConfigError
 from safecert.stats.binomial import validate_delta
@@ -39,24 +38,23 @@ def bonferroni(delta: float, family_size: int) -> float:
     return delta / family_size
 
 
-def holm(pvalues: list[float] | np.ndarray, delta: float) -> HolmResult:
+def holm(pvalues: Sequence[float], delta: float) -> HolmResult:
     """Holm's step-down procedure at family-wise level δ.
 
     Rejects H_(1), …, H_(j) where j is the largest index with p_(i) ≤ δ/(M−i+1) for all i ≤ j.
     """
     validate_delta(delta)
-    p = np.asarray(pvalues, dtype=float)
-    m = p.size
+    p = [float(v) for v in pvalues]
+    m = len(p)
     _check_family(m)
-    order = np.argsort(p, kind="stable")
-    levels = delta / (m - np.arange(m))
-    rejected = np.zeros(m, dtype=bool)
-    thresholds = np.empty(m)
+    order = sorted(range(m), key=p.__getitem__)  # stable, like argsort(kind="stable")
+    rejected = [False] * m
+    thresholds = [0.0] * m
     stopped = False
     for rank, idx in enumerate(order):
-        thresholds[idx] = levels[rank]
-        if not stopped and p[idx] <= levels[rank]:
+        thresholds[idx] = delta / (m - rank)
+        if not stopped and p[idx] <= thresholds[idx]:
             rejected[idx] = True
         else:
             stopped = True
-    return HolmResult(delta, tuple(bool(r) for r in rejected), tuple(float(t) for t in thresholds))
+    return HolmResult(delta, tuple(rejected), tuple(thresholds))

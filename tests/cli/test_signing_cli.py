@@ -92,3 +92,14 @@ def test_sign_command_signs_an_existing_certificate(signed, cli_here, tmp_path):
     assert cli_here("verify", cert, "--pubkey", signed[2]).code == 0
     bad = cli_here("sign", cert, "--key", signed[2])  # a public key cannot sign
     assert bad.code == 2 and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--inputs", "/nonexistent/folder"), ("--data", "/nonexistent/run"), ("--logs", "/no.jsonl")],
+)
+def test_verify_options_naming_nothing_are_bad_input(signed, cli_here, option, value):
+    """A folder or file option that names nothing is exit 2 with one line, not a failed check."""
+    res = cli_here("verify", signed[0] / "certificate.json", option, value)
+    assert res.code == 2
+    assert option in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -63,6 +63,13 @@ def verify(
 
     if resimulate < 0 or resimulate > 1_000_000:
         raise ConfigError(f"{resimulate} is out of range", field="--resimulate", fix="0 … 1000000")
+    for option, folder in (("--inputs", inputs), ("--data", data)):
+        if folder is not None and not folder.is_dir():
+            raise ConfigError(
+                f"{folder} is not a folder", field=option, fix="pass an existing folder or omit it"
+            )
+    if logs is not None and not logs.exists():
+        raise ConfigError(f"{logs} does not exist", field="--logs", fix="pass the shield's logs")
     signature = []
     if pubkey is not None:
         from safecert.signing import check_signature

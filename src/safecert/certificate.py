@@ -76,6 +76,7 @@ __all__ = [
     "content_sha256",
     "make_certificate",
     "read_certificate",
+    "read_certificate_bytes",
     "sha256_bytes",
     "sha256_file",
     "to_jsonable",
@@ -228,8 +229,11 @@ def write_certificate(cert: Certificate, path: Path, *, sign_key: Path | None = 
     return path
 
 
-def read_certificate(path: Path) -> Certificate:
-    """Read and validate a certificate; any problem is one :class:`DataError` line."""
+def read_certificate_bytes(path: Path) -> bytes:
+    """The bytes of a certificate file (size-limited); any problem is one :class:`DataError`.
+
+    Read once and hand the same bytes to the signature check and to :func:`read_certificate`,
+    so that a file swapped between the two reads cannot pass one and be parsed by the other."""
     path = Path(path)
     if path.is_dir() and (path / "certificate.json").is_file():
         raise DataError(
@@ -244,6 +248,15 @@ def read_certificate(path: Path) -> Certificate:
         raise DataError(f"{path} cannot be read ({exc.strerror})", field="certificate") from None
     if len(raw) > MAX_BYTES:
         raise DataError(f"{path} is larger than {MAX_BYTES >> 20} MiB", field="certificate")
+    return raw
+
+
+def read_certificate(path: Path, raw: bytes | None = None) -> Certificate:
+    """Read and validate a certificate (from ``raw`` when given, the bytes already read from
+    ``path``); any problem is one :class:`DataError` line."""
+    path = Path(path)
+    if raw is None:
+        raw = read_certificate_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

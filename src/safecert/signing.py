@@ -381,8 +381,9 @@ def parse_signature(raw: bytes, *, source: str = "signature file") -> SignatureF
 # -- checking ---------------------------------------------------------------------------------
 
 
-def check_signature(cert_path: Path, pubkey_path: Path) -> list[Check]:
-    """Check ``CERT.sig`` against the certificate's bytes and the public key at ``pubkey_path``.
+def check_signature(cert_path: Path, pubkey_path: Path, data: bytes | None = None) -> list[Check]:
+    """Check ``CERT.sig`` against the certificate's bytes (``data`` when given: the bytes the
+    caller read and will parse) and the public key at ``pubkey_path``.
 
     Checks, each a :class:`Check` whose detail says what differs: ``signature file`` (exists,
     well-formed), ``signature key`` (signed under the fingerprint of ``pubkey_path``), ``signed
@@ -414,8 +415,9 @@ def check_signature(cert_path: Path, pubkey_path: Path) -> list[Check]:
     except DataError as exc:
         return [Check("signature file", False, str(exc))]
     try:
-        with cert_path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        if data is None:
+            with cert_path.open("rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         return [Check("signature file", False, f"{cert_path} cannot be read ({exc.strerror})")]
     if len(data) > MAX_BYTES:

@@ -103,3 +103,24 @@ def test_verify_options_naming_nothing_are_bad_input(signed, cli_here, option, v
     res = cli_here("verify", signed[0] / "certificate.json", option, value)
     assert res.code == 2
     assert option in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_verify_parses_the_bytes_whose_signature_it_checked(
+    signed, cli_here, tmp_path, monkeypatch
+):
+    """A certificate swapped on disk right after its signature was checked is never parsed:
+    verify reads the file once and checks and parses the same bytes."""
+    import safecert.signing as signing
+
+    cert = _copy(signed, tmp_path)
+    real = signing.check_signature
+
+    def check_then_swap(*args, **kwargs):
+        checks = real(*args, **kwargs)
+        cert.write_bytes(b'{"not": "the signed certificate"}')
+        return checks
+
+    monkeypatch.setattr(signing, "check_signature", check_then_swap)
+    res = cli_here("verify", cert, "--pubkey", signed[2], "--inputs", signed[0].parent / "in")
+    assert res.code in (0, 1), res.stderr  # judged on the signed bytes, not exit 2 on the swap
+    assert "not the signed" not in res.stdout + res.stderr

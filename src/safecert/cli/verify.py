@@ -58,6 +58,7 @@ def verify(
         Evidence,
         VerificationReport,
         read_certificate,
+        read_certificate_bytes,
         verify_certificate,
     )
 
@@ -71,15 +72,17 @@ def verify(
     if logs is not None and not logs.exists():
         raise ConfigError(f"{logs} does not exist", field="--logs", fix="pass the shield's logs")
     signature = []
+    raw = None
     if pubkey is not None:
         from safecert.signing import check_signature
 
-        signature = check_signature(certificate, pubkey)
+        raw = read_certificate_bytes(certificate)  # read once: the bytes checked are parsed
+        signature = check_signature(certificate, pubkey, raw)
         if not all(c.ok for c in signature):
             # not the bytes the key holder signed: nothing else in the file is worth reading
             _print(certificate, VerificationReport("signature", signature), None, json_out, True)
             raise typer.Exit(1)
-    cert = read_certificate(certificate)
+    cert = read_certificate(certificate, raw)
     if resimulate and cert.kind not in ("blackbox", "sequential"):
         raise ConfigError(
             f"a {cert.kind} certificate has no episodes to re-run", field="--resimulate"

@@ -4,7 +4,7 @@ interpreter; a hand-written Gymnasium loop script on the same task, policy, seed
 count), median of ``--repeat`` runs, with the load average. Baseline and command alternate, so
 load changes hit both.
 
-    .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300
+    .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300 --tasks point,cheetah
 """
 
 from __future__ import annotations
@@ -40,6 +40,42 @@ for i in range(int(sys.argv[1])):
             break
 """
 
+HAND_CHEETAH = """
+import sys
+import numpy as np
+import gymnasium as gym
+import onnxruntime as ort
+import safecert.envs  # registers the built-in tasks
+from safecert.blackbox.jobs import episode_seed
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+options.inter_op_num_threads = 1
+session = ort.InferenceSession({model!r}, options, providers=["CPUExecutionProvider"])
+name = session.get_inputs()[0].name
+env = gym.make("SafeHalfCheetahVelocity-v0")
+for i in range(int(sys.argv[1])):
+    obs, _ = env.reset(seed=episode_seed(0, 0, i))
+    for t in range(250):
+        action = session.run(None, {{name: np.asarray(obs, dtype=np.float32)[None]}})[0][0]
+        obs, r, term, trunc, info = env.step(action)
+        if term or trunc:
+            break
+"""
+
+CONFIG_CHEETAH = """
+policy = "onnx:{model}"
+env = "SafeHalfCheetahVelocity-v0"
+episodes = {episodes}
+seed = 0
+max_steps = 250
+batch_size = 1
+workers = 1
+[spec]
+budget = 5.0
+goal = "no_termination"
+cost = "info:cost"
+"""
+
 CONFIG = """
 policy = "python:vendors.point_policies:hazard_avoider"
 env = "SafePointGoal-v0"
@@ -71,6 +107,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--episodes", default="1,300", help="comma-separated episode counts")
+    parser.add_argument(
+        "--tasks",
+        default="point,cheetah",
+        help="point (SafePointGoal, scripted "
+        "policy, ~0.1 ms steps) and/or cheetah (MuJoCo HalfCheetah, ONNX policy)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="startup_"))
     subprocess.run(["cp", "-r", str(REPO / "examples" / "vendors"), str(tmp)], check=True)
@@ -81,20 +123,29 @@ def main() -> None:
         "interpreter_s": wall([sys.executable, "-c", "pass"], args.repeat),
         "bound_s": wall(bound, args.repeat),
     }
-    for n in [int(v) for v in args.episodes.split(",")]:
-        (tmp / f"run{n}.toml").write_text(textwrap.dedent(CONFIG.format(episodes=n)))
-        hand, cert = [], []
-        for _ in range(args.repeat):  # alternate, so load changes hit both sides
-            hand.append(wall([sys.executable, str(tmp / "hand.py"), str(n)], 1))
-            cmd = SAFECERT + ["certify", f"run{n}.toml", "--out", "out", "--workers", "1"]
-            cert.append(wall(cmd, 1, tmp, tmp / "out"))
-        h, c = statistics.median(hand), statistics.median(cert)
-        result[f"episodes_{n}"] = {
-            "hand_loop_s": h,
-            "certify_s": c,
-            "fixed_over_hand_s": c - h,
-            "ratio": c / h,
-        }
+    model = str(REPO / "examples" / "vendors" / "cheetah_safe.onnx")
+    (tmp / "hand_cheetah.py").write_text(HAND_CHEETAH.format(model=model))
+    tasks = {
+        "point": ("hand.py", CONFIG),
+        "cheetah": ("hand_cheetah.py", CONFIG_CHEETAH),
+    }
+    for task in args.tasks.split(","):
+        script, config = tasks[task]
+        for n in [int(v) for v in args.episodes.split(",")]:
+            name = f"{task}{n}.toml"
+            (tmp / name).write_text(textwrap.dedent(config.format(episodes=n, model=model)))
+            hand, cert = [], []
+            for _ in range(args.repeat):  # alternate, so load changes hit both sides
+                hand.append(wall([sys.executable, str(tmp / script), str(n)], 1))
+                cmd = SAFECERT + ["certify", name, "--out", "out", "--workers", "1"]
+                cert.append(wall(cmd, 1, tmp, tmp / "out"))
+            h, c = statistics.median(hand), statistics.median(cert)
+            result[f"{task}_episodes_{n}"] = {
+                "hand_loop_s": h,
+                "certify_s": c,
+                "fixed_over_hand_s": c - h,
+                "ratio": c / h,
+            }
     result["load_average_1min_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=1))
 

@@ -1,41 +1,47 @@
-"""Processes we start, we reap: vendor sessions, a child subreaper, parent-death signals.
+"""Processes we start, we reap: vendor programs under a supervisor, parent-death signals.
 
-A vendor program (``exec:`` policies) may fork children, put them in other process groups, or
-``setsid`` them into a session of their own; a plain ``kill`` of the vendor leaves them running. Three
-mechanisms together guarantee that none outlive the run (Linux; elsewhere only the first applies):
+A vendor program (``exec:`` policies) may fork children, put them in other process groups or
+sessions, daemonise them, scrub their environment; a plain ``kill`` of the vendor leaves them
+running. On Linux every vendor therefore runs under :mod:`safecert.supervisor`, a tiny program
+(one bare interpreter start-up, ``python -I -S``) that is a child subreaper — every descendant of
+the vendor stays in its subtree, whatever it does — and has a parent-death signal. Closing a
+:class:`VendorProcess` (or ``kill -9`` of the process that started it) makes the supervisor SIGKILL,
+reap and rescan its subtree until it is empty; only then does it exit. Guarantee: once
+:meth:`VendorProcess.kill` has returned, or shortly after the starting process died, no process the
+vendor started is alive — except one that runs as another user (set-uid) or one started for it by
+a process outside the subtree (a system service). Elsewhere (no ``prctl``), the vendor runs directly
+in a session of its own and ``kill`` reaches its process group only.
 
-* **marking**: every vendor starts in a session of its own and with the environment variable
-  :data:`MARK_VAR` set to a token unique to that vendor; children inherit it unless they scrub
-  their environment. :func:`kill_tree` kills the vendor, its process group and session, every
-  descendant found through ``/proc``, and every process of this user carrying the token.
-* **subreaper**: :func:`become_subreaper` (``prctl(PR_SET_CHILD_SUBREAPER)``) makes orphans — a
-  daemon whose intermediate parent already exited — children of this process instead of ``init``,
-  so they stay descendants, are found by :func:`sweep_vendors` and are reaped here.
-* **parent-death signal**: :func:`vendor_preexec` sets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` in the
-  vendor, so a vendor dies with the thread that started it, even when safecert is killed with
-  ``kill -9`` (the kernel clears this setting across ``fork``; the vendor's own children are covered
-  by the two mechanisms above only while safecert lives).
+Pool workers use :func:`die_with_parent` and :func:`exit_with` so that they, in turn, end with the
+run; :func:`reaping` scopes a run.
 
-All functions are best effort about processes that vanish meanwhile and never raise for them.
+Killing is best effort about processes that vanish meanwhile and never raises for them; starting
+raises ``OSError`` as :class:`subprocess.Popen` does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import select
 import signal
+import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO
 
-MARK_VAR = "SAFECERT_VENDOR_TOKEN"
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+#: supervise vendors (Linux: needs ``prctl``); elsewhere they run directly in their own session
+SUPERVISED = sys.platform.startswith("linux")
+START_WAIT_S = 30.0  # the supervisor's report: one interpreter start-up, however loaded the machine
+KILL_WAIT_S = 10.0  # the supervisor's clean-up (it gives up after supervisor.GIVE_UP_S itself)
 _PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-_REAP_WAIT_S = 2.0
+_log = logging.getLogger(__name__)
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -47,17 +53,11 @@ def _load_prctl() -> Callable[..., int] | None:
         return None
 
 
-# resolved once, in the parent: a forked child must not run the dynamic loader before exec
 _PRCTL = _load_prctl()
 
 
 def _prctl(option: int, arg: int) -> bool:
     return _PRCTL is not None and int(_PRCTL(option, arg, 0, 0, 0)) == 0
-
-
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants; True where the kernel agreed."""
-    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def die_with_parent() -> bool:
@@ -101,10 +101,9 @@ def exit_with(pid: int, cleanup: Callable[[], None]) -> threading.Thread:
 
 @contextlib.contextmanager
 def reaping() -> Iterator[None]:
-    """Scope of a run that starts vendors: this process becomes a subreaper, ``SIGTERM`` unwinds
-    like Ctrl-C (so cleanup runs), and on any exit — normal, error, Ctrl-C, ``SIGTERM`` — every
-    marked vendor process still below this process is killed and reaped (:func:`sweep_vendors`)."""
-    adopted = become_subreaper()
+    """Scope of a run that starts vendors: ``SIGTERM`` unwinds like Ctrl-C (so clean-up runs), and
+    on any exit — normal, error, Ctrl-C, ``SIGTERM`` — every vendor this process started and did
+    not close yet is killed with its subtree (:func:`kill_all`)."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
@@ -113,163 +112,149 @@ def reaping() -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        sweep_vendors()
-        if adopted:  # a library caller (tests, notebooks) gets its process back as it was
-            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+        kill_all()
 
 
 def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def new_token() -> str:
-    """A fresh vendor token for :data:`MARK_VAR`."""
-    return f"{os.getpid()}-{uuid.uuid4().hex}"
+_LIVE: set[VendorProcess] = set()
+_LIVE_LOCK = threading.Lock()
+# a forked child must not close its parent's vendors
+os.register_at_fork(after_in_child=_LIVE.clear)
 
 
-def vendor_env(token: str) -> dict[str, str]:
-    """This process's environment plus the vendor mark."""
-    return {**os.environ, MARK_VAR: token}
+def kill_all() -> int:
+    """Kill every vendor this process started and did not close yet; the number killed."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for vendor in live:
+        vendor.kill()
+    return len(live)
 
 
-def vendor_preexec() -> Callable[[], None]:
-    """A ``preexec_fn`` that arms the parent-death signal and exits if the parent already died.
+class VendorProcess:
+    """A vendor program with pipes on its stdin, stdout and stderr, started without a shell.
 
-    Runs in the child between ``fork`` and ``exec``: only async-signal-safe work (one ``prctl``,
-    one ``getppid``)."""
-    parent = os.getpid()
+    Supervised (Linux, the default): ``pid`` is the supervisor's; its exit status is the
+    vendor's (exit code, or the signal that killed it), so ``poll``/``wait``/``returncode`` read as
+    they would for the vendor itself; end of file on ``stdout`` comes when the vendor and every
+    process holding its pipe are gone. ``kill`` asks the supervisor to clear the subtree and waits
+    for it (at most :data:`KILL_WAIT_S`; past that the supervisor's session is SIGKILLed).
+    Unsupervised: the vendor itself, in a session of its own; ``kill`` SIGKILLs that session's
+    process group.
 
-    def arm() -> None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os._exit(1)
+    Raises ``OSError`` as :class:`subprocess.Popen` would when the program cannot be started.
+    """
 
-    return arm
-
-
-def _proc_pids() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return []
-
-
-def _stat(pid: int) -> tuple[int, int, int] | None:
-    """(ppid, pgid, sid) of a live, non-zombie process, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[1]), int(fields[2]), int(fields[3])
-
-
-def _has_mark(pid: int, token: str | None) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = fh.read()
-    except OSError:
-        return False
-    prefix = f"{MARK_VAR}=".encode()
-    for item in env.split(b"\0"):
-        if item.startswith(prefix):
-            return token is None or item[len(prefix) :] == token.encode()
-    return False
-
-
-def descendants(root: int) -> set[int]:
-    """Live descendants of ``root`` found through ``/proc`` (``root`` excluded)."""
-    children: dict[int, list[int]] = {}
-    for pid in _proc_pids():
-        st = _stat(pid)
-        if st is not None:
-            children.setdefault(st[0], []).append(pid)
-    out: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def vendor_processes(root: int | None, token: str | None) -> set[int]:
-    """Processes belonging to a vendor: ``root``'s descendants, its group and session, and every
-    process marked with ``token`` (``token=None``: any vendor mark, only among our descendants)."""
-    me = os.getpid()
-    if token is None:
-        return {p for p in descendants(me) if _has_mark(p, None)}
-    found = descendants(root) if root is not None else set()
-    for pid in _proc_pids():
-        if pid == me or pid in found:
-            continue
-        st = _stat(pid)
-        if st is None:
-            continue
-        if root is not None and root in (st[1], st[2]):
-            found.add(pid)
-        elif _has_mark(pid, token):
-            found.add(pid)
-    if root is not None and _stat(root) is not None:
-        found.add(root)
-    return found
-
-
-def _kill(pids: Iterable[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _reap(pids: set[int], wait_s: float) -> None:
-    """Reap those of ``pids`` that are (or become, as orphans) our children; wait for the rest to
-    disappear from ``/proc`` for at most ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    left = set(pids)
-    while left:
-        for pid in list(left):
+    def __init__(
+        self, argv: Sequence[str], *, cwd: str | None = None, supervised: bool = SUPERVISED
+    ) -> None:
+        self.argv = tuple(argv)
+        self.supervised = supervised
+        if not supervised:
+            self._popen = self._popen_of(self.argv, (), cwd)
+            self.vendor_pid = self._popen.pid
+        else:
+            read_end, write_end = os.pipe()
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:  # not our child: gone once /proc says so
-                done = pid if _stat(pid) is None else 0
-            if done:
-                left.discard(pid)
-        if not left or time.monotonic() >= deadline:
-            return
-        time.sleep(0.01)
+                command = (sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()))
+                self._popen = self._popen_of(
+                    (*command, str(write_end), *self.argv), (write_end,), cwd
+                )
+            finally:
+                os.close(write_end)
+            try:
+                self.vendor_pid = self._read_report(read_end)
+            finally:
+                os.close(read_end)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self.stdin: IO[bytes] = self._popen.stdin  # type: ignore[assignment]
+        self.stdout: IO[bytes] = self._popen.stdout  # type: ignore[assignment]
+        self.stderr: IO[bytes] = self._popen.stderr  # type: ignore[assignment]
 
+    @staticmethod
+    def _popen_of(
+        argv: Sequence[str], pass_fds: tuple[int, ...], cwd: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            bufsize=0,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
 
-def kill_tree(root: int | None, token: str | None, *, wait_s: float = _REAP_WAIT_S) -> int:
-    """SIGKILL a vendor and everything it started (see the module docstring); reap what is ours.
+    def _read_report(self, fd: int) -> int:
+        """The supervisor's one line: the vendor's pid, or the start error raised as ``OSError``."""
+        line = b""
+        deadline = time.monotonic() + START_WAIT_S
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                self._force_kill()
+                raise OSError(f"the vendor supervisor did not start within {START_WAIT_S:g}s")
+            data = os.read(fd, 256)
+            if not data:
+                code = self._popen.wait()
+                self._close_pipes()
+                raise OSError(f"the vendor supervisor exited with code {code} before starting it")
+            line += data
+        word, *rest = line.split()
+        if word == b"error":
+            self._popen.wait()
+            self._close_pipes()
+            errno = int(rest[0])
+            raise OSError(errno, os.strerror(errno), self.argv[0])
+        if rest[1] != b"1":
+            _log.warning(
+                "the kernel refused PR_SET_CHILD_SUBREAPER: vendor children may outlive it"
+            )
+        return int(rest[0])
 
-    Repeats the scan until nothing is found (a dying parent's children may be re-parented while
-    we look). Returns the number of processes killed."""
-    killed: set[int] = set()
-    for _ in range(5):
-        found = vendor_processes(root, token) - killed
-        if root is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(root, signal.SIGKILL)
-        if not found:
-            break
-        _kill(found)
-        killed |= found
-    _reap(killed, wait_s)
-    return len(killed)
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
 
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
 
-def sweep_vendors(*, wait_s: float = _REAP_WAIT_S) -> int:
-    """Kill and reap every marked vendor process still below this process (at exit of a run)."""
-    killed: set[int] = set()
-    for _ in range(5):
-        found = vendor_processes(None, None) - killed
-        if not found:
-            break
-        _kill(found)
-        killed |= found
-    _reap(killed, wait_s)
-    return len(killed)
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._popen.wait(timeout)
+
+    def kill(self) -> None:
+        """Kill the vendor and everything it started, reap them, and close nothing else (the
+        caller owns the pipes). Safe to call twice."""
+        if self._popen.poll() is None:
+            if self.supervised:
+                with contextlib.suppress(OSError):
+                    self._popen.send_signal(signal.SIGTERM)  # the supervisor's close request
+                try:
+                    self._popen.wait(KILL_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    self._force_kill()
+            else:
+                self._force_kill()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+    def _force_kill(self) -> None:
+        # not reaped yet, so the pid still names this session's group
+        with contextlib.suppress(OSError):
+            os.killpg(self._popen.pid, signal.SIGKILL)
+        self._popen.wait()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()

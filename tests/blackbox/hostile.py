@@ -41,6 +41,36 @@ def tagged(tag: str) -> list[int]:
     return found
 
 
+def cmdline(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().split(b"\0")
+
+
+def stat(pid: int) -> tuple[int, int, int]:
+    """(ppid, pgid, sid) of a process, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        ppid, pgid, sid = fh.read().rpartition(b")")[2].split()[1:4]
+    return int(ppid), int(pgid), int(sid)
+
+
+def supervisors(tag: str) -> list[int]:
+    """Those of ``tagged(tag)`` that are safecert's vendor supervisor."""
+    return [p for p in tagged(tag) if b"safecert/supervisor.py" in b" ".join(cmdline(p))]
+
+
+def scrubbed(tag: str) -> list[int]:
+    """Those of ``tagged(tag)`` that run with an empty environment (hostile_vendor --scrub)."""
+    found = []
+    for pid in tagged(tag):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if fh.read() == b"":
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def wait_until(predicate, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -3,6 +3,11 @@
 exec mode (default): newline-delimited JSON on stdin/stdout, like examples/vendors/exec_vendor.py.
   --fork       at start, leave behind a ``setsid`` child and a double-forked daemon (its parent
                exits at once), both sleeping forever
+  --scrub      at start, leave behind a double-forked ``setsid`` daemon that re-executes itself with
+               an empty environment (``env -i``: no mark of ours survives), sleeping forever
+  --hop        with --scrub: the daemon does not sit still at first; for 2 s it forks and lets its
+               parent exit every 20 ms (writing ``hop PID`` to stderr each time), so its pid
+               changes faster than a /proc scan under load can follow
   --drip S     after --drip-after replies, write each reply one byte every S seconds
   --hang       after --drip-after replies, never answer
   --flood      after --drip-after replies, write bytes without end (no newline)
@@ -10,7 +15,8 @@ http mode (--http): a real HTTP server on 127.0.0.1 (ephemeral port); prints ``l
   --drip S     after --drip-after requests, send each response one byte every S seconds
   --endless    with --drip: the body never ends (a huge Content-Length, bytes trickling forever)
   --flood      after --drip-after requests, a body without end, as fast as the socket takes it
---ppid-file F appends the vendor's parent pid to F. Every process it starts carries ``--tag`` on its command line, so tests find them in /proc.
+--ppid-file F appends to F the pid of the process that started the vendor (under a supervisor: the
+supervisor's parent). Every process it starts carries ``--tag`` on its command line, so tests find them in /proc.
 """
 
 from __future__ import annotations
@@ -42,6 +48,38 @@ def leave_children() -> None:
         os._exit(0)
 
 
+SCRUBBED = """
+import os, sys, time
+until = time.monotonic() + (2.0 if sys.argv[1] == "hop" else 0.0)
+while time.monotonic() < until:  # a new pid every 20 ms for 2 s, each told on stderr
+    if os.fork():
+        os._exit(0)
+    os.write(2, b"hop %d\\n" % os.getpid())
+    time.sleep(0.02)
+while True:
+    time.sleep(60)
+"""
+
+
+def leave_scrubbed(tag: str, hop: bool) -> None:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:  # the middle process exits at once: the daemon is an orphan
+            mode = "hop" if hop else "sleep"
+            os.execve(sys.executable, [sys.executable, "-S", "-c", SCRUBBED, mode, tag], {})
+        os._exit(0)
+
+
+def starter() -> int:
+    """The process that started us: our parent, or its parent when that is safecert's supervisor."""
+    parent = os.getppid()
+    with open(f"/proc/{parent}/cmdline", "rb") as fh:
+        if b"safecert/supervisor.py" not in fh.read():
+            return parent
+    with open(f"/proc/{parent}/stat", "rb") as fh:
+        return int(fh.read().rpartition(b")")[2].split()[1])
+
+
 def drip(write, data: bytes, pause: float) -> None:
     for i in range(len(data)):
         write(data[i : i + 1])
@@ -51,9 +89,11 @@ def drip(write, data: bytes, pause: float) -> None:
 def serve_exec(args: argparse.Namespace) -> None:
     if args.ppid_file:
         with open(args.ppid_file, "a") as fh:
-            fh.write(f"{os.getppid()}\n")
+            fh.write(f"{starter()}\n")
     if args.fork:
         leave_children()
+    if args.scrub:
+        leave_scrubbed(args.tag, args.hop)
     out = sys.stdout.buffer
     for n, line in enumerate(sys.stdin.buffer):
         reply = actions(line) + b"\n"
@@ -125,6 +165,8 @@ def main() -> None:
     ap.add_argument("--drip", type=float, default=0.0)
     ap.add_argument("--drip-after", type=int, default=0)
     ap.add_argument("--hang", action="store_true")
+    ap.add_argument("--scrub", action="store_true")
+    ap.add_argument("--hop", action="store_true")
     ap.add_argument("--endless", action="store_true")
     ap.add_argument("--flood", action="store_true")
     ap.add_argument("--tag", default="")

@@ -1,7 +1,9 @@
 """No orphan processes: vendors and everything they start are killed and reaped — checked in /proc.
 
 The hostile vendor (tests/blackbox/hostile_vendor.py) leaves a ``setsid`` child and a double-forked
-daemon behind at every start; every process it makes carries a unique tag on its command line."""
+daemon behind at every start (``--fork``), and a double-forked ``setsid`` daemon with an empty
+environment (``--scrub``); every process it makes carries a unique tag on its command line. Under
+safecert's supervisor (tests/test_procs.py) the tag is also on the supervisor's command line."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from tests.blackbox.hostile import (
     exec_policy,
     http_vendor,
     new_tag,
+    scrubbed,
+    supervisors,
     tagged,
     wait_until,
 )
@@ -38,28 +42,30 @@ OBS = np.random.default_rng(0).normal(size=(2, 4))
 
 def test_close_kills_setsid_children_and_daemons():
     tag = new_tag()
-    oracle = exec_oracle("--fork", "--tag", tag)
+    oracle = exec_oracle("--fork", "--scrub", "--tag", tag)
     oracle.act(OBS)
-    assert wait_until(lambda: len(tagged(tag)) >= 3)  # vendor, setsid child, daemon
+    # supervisor, vendor, setsid child, daemon, scrubbed daemon
+    assert wait_until(lambda: len(tagged(tag)) >= 5 and len(scrubbed(tag)) == 1)
     oracle.close()
     assert tagged(tag) == []
 
 
 def test_timeout_and_restart_leave_nothing_behind():
     tag = new_tag()
-    with exec_oracle("--fork", "--hang", "--drip-after", "1", "--tag", tag, timeout_s=0.5) as o:
+    args = ("--fork", "--scrub", "--hang", "--drip-after", "1", "--tag", tag)
+    with exec_oracle(*args, timeout_s=0.5) as o:
         o.act(OBS)
-        assert wait_until(lambda: len(tagged(tag)) >= 3)
+        assert wait_until(lambda: len(tagged(tag)) >= 5 and len(scrubbed(tag)) == 1)
         first = set(tagged(tag))
         with pytest.raises(OracleFailure, match="no complete reply"):
             o.act(OBS)
-        assert not first & set(tagged(tag))  # the hung vendor and its escapees are gone
+        assert not first & set(tagged(tag))  # the hung vendor and all its escapees are gone
         o.act(OBS)  # a fresh vendor (with fresh escapees)
         assert o.restarts == 1
     assert tagged(tag) == []
 
 
-def test_kill_minus_9_of_the_parent_kills_the_vendor():
+def test_kill_minus_9_of_the_parent_kills_the_vendor_and_its_children():
     tag = new_tag()
     holder = subprocess.Popen(
         [
@@ -70,7 +76,7 @@ def test_kill_minus_9_of_the_parent_kills_the_vendor():
                 import sys, time, numpy as np
                 sys.path.insert(0, {str(Path(__file__).parents[2])!r})
                 from tests.blackbox.hostile import exec_oracle
-                o = exec_oracle("--tag", {tag!r})
+                o = exec_oracle("--fork", "--scrub", "--tag", {tag!r})
                 o.act(np.zeros((1, 4)))
                 print("ready", flush=True)
                 time.sleep(600)
@@ -82,10 +88,12 @@ def test_kill_minus_9_of_the_parent_kills_the_vendor():
     )
     try:
         assert holder.stdout.readline().strip() == "ready"
-        assert len(set(tagged(tag)) - {holder.pid}) == 1  # the -c script carries the tag too
+        # the -c script carries the tag too; supervisor, vendor and its three escapees
+        assert wait_until(lambda: len(set(tagged(tag)) - {holder.pid}) == 5 and scrubbed(tag))
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
-        assert wait_until(lambda: tagged(tag) == [], timeout=5.0)  # PR_SET_PDEATHSIG
+        # the supervisor's parent-death signal; it clears its subtree
+        assert wait_until(lambda: tagged(tag) == [], timeout=5.0), tagged(tag)
     finally:
         holder.kill()
         holder.wait()
@@ -114,7 +122,7 @@ def test_certify_with_a_forking_dripping_exec_vendor_finishes_and_leaves_nothing
     """A real run: the vendor trickles every reply after its third (each such episode fails at
     its deadline), forks escapees at every (re)start; ``workers = 1`` from the config is obeyed."""
     tag, ppids = new_tag(), tmp_path / "ppids.txt"
-    policy = exec_policy("--fork", "--drip", "0.3", "--drip-after", "3", "--tag", tag)
+    policy = exec_policy("--fork", "--scrub", "--drip", "0.3", "--drip-after", "3", "--tag", tag)
     policy += f" --ppid-file {ppids}"
     config = tmp_path / "run.toml"
     config.write_text(CONFIG.format(policy=policy, extra="workers = 1"))
@@ -181,7 +189,7 @@ def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM in the middle
     of a pool run (``workers = 2``): certify ends promptly, no traceback, no vendor left."""
     tag = new_tag()
-    policy = exec_policy("--fork", "--drip", "0.3", "--drip-after", "2", "--tag", tag)
+    policy = exec_policy("--fork", "--scrub", "--drip", "0.3", "--drip-after", "2", "--tag", tag)
     config = tmp_path / "run.toml"
     config.write_text(
         CONFIG.format(policy=policy, extra="workers = 2").replace("episodes = 3", "episodes = 40")
@@ -203,7 +211,7 @@ def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
     )
     try:
         # the probe's vendor, then at least one pool worker's vendor with their escapees
-        assert wait_until(lambda: len(tagged(tag)) >= 6, timeout=60), tagged(tag)
+        assert wait_until(lambda: len(tagged(tag)) >= 8, timeout=60), tagged(tag)
         if signum == signal.SIGINT:
             os.killpg(proc.pid, signum)
         else:
@@ -217,12 +225,12 @@ def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
 
 
 def test_a_library_pool_run_closes_its_vendors(tmp_path):
-    """Without the CLI (no subreaper, no sweep): the pool workers close their vendors — escapees
-    included — when the backend closes."""
+    """Without the CLI (no :func:`safecert.procs.reaping`): the pool workers close their vendors —
+    escapees included — when the backend closes."""
     tag = new_tag()
     config = tmp_path / "run.toml"
     config.write_text(
-        CONFIG.format(policy=exec_policy("--fork", "--tag", tag), extra="workers = 2")
+        CONFIG.format(policy=exec_policy("--fork", "--scrub", "--tag", tag), extra="workers = 2")
     )
     plan = plan_run(config)
     ctx = RunContext(
@@ -244,13 +252,14 @@ def _ppid(pid: int) -> int | None:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_kill_minus_9_of_certify_leaves_no_hung_vendor(tmp_path, workers):
-    """``kill -9`` of ``safecert certify`` while its vendors hang (30 s deadline): the vendors die
-    with their parents — directly (``workers = 1``) or through the pool workers, which die with
-    the forkserver, which ends with certify (``workers = 2``)."""
+    """``kill -9`` of ``safecert certify`` while its vendors hang (30 s deadline): the vendors and
+    every child they left (``setsid``, daemons, scrubbed environments) die with their supervisors,
+    which are told when their parent dies — certify itself (``workers = 1``) or a pool worker,
+    which dies with the forkserver, which ends with certify (``workers = 2``)."""
     tag = new_tag()
     # 25 prompt replies per vendor process: certify's own checks (probe, one nominal episode)
     # pass, and the hang comes inside the run
-    policy = exec_policy("--hang", "--drip-after", "25", "--tag", tag)
+    policy = exec_policy("--fork", "--scrub", "--hang", "--drip-after", "25", "--tag", tag)
     config = tmp_path / "run.toml"
     body = CONFIG.format(policy=policy, extra=f"workers = {workers}")
     config.write_text(body.replace("timeout_s = 1.0", "timeout_s = 30.0"))
@@ -270,10 +279,11 @@ def test_kill_minus_9_of_certify_leaves_no_hung_vendor(tmp_path, workers):
     try:
 
         def hanging_vendor() -> bool:  # a vendor of the pool (workers = 2) or of certify itself
-            parents = {_ppid(pid) for pid in tagged(tag)}
+            parents = {_ppid(pid) for pid in supervisors(tag)}
             return any((p == proc.pid) == (workers == 1) for p in parents if p)
 
         assert wait_until(hanging_vendor, timeout=60)
+        assert wait_until(lambda: scrubbed(tag) != [])
         time.sleep(0.5)  # the vendor is now hanging inside a call
         proc.kill()
         proc.wait()

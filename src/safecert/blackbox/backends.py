@@ -92,14 +92,12 @@ ABORT_WAIT_S = 5.0
 
 def _init_worker(ctx: RunContext, owner: int) -> None:
     """Pool-worker start-up: die with the process that owns the pool (``owner``) and with the
-    forkserver, adopt the vendors' orphans, and close the worker (its vendors with it) when the
-    process exits.
+    forkserver, and close the worker (its vendors with it) when the process exits.
 
     ``multiprocessing`` ends workers with ``os._exit``, which skips :mod:`atexit`; its own exit
     hook runs :class:`multiprocessing.util.Finalize` callbacks, so the worker is closed there."""
     global _WORKER
     procs.die_with_parent()
-    procs.become_subreaper()
     _WORKER = Worker(ctx)
     mp_util.Finalize(None, _WORKER.close, exitpriority=10)
     signal.signal(signal.SIGTERM, _stop_worker)

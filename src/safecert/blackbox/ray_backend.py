@@ -19,18 +19,16 @@ import os
 import socket
 from collections.abc import Iterator, Sequence
 
-from safecert import procs
 from safecert.blackbox.backends import RunContext, Worker, chunked
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.errors import ConfigError, SafecertError
 
 
 class _ActorWorker:
-    """Body of a Ray actor: one Worker, reused across chunks. The actor adopts the orphans of
-    its vendors (:func:`safecert.procs.become_subreaper`) so closing the worker reaps them."""
+    """Body of a Ray actor: one Worker, reused across chunks; closing it closes its vendors (each
+    under its own supervisor, :class:`safecert.procs.VendorProcess`)."""
 
     def __init__(self, ctx: RunContext) -> None:
-        procs.become_subreaper()
         self.worker = Worker(ctx)
 
     def run(self, jobs: list[EpisodeJob]) -> list[EpisodeRecord]:

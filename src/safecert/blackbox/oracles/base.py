@@ -68,8 +68,8 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
         raise OracleFailure(f"expected {n_rows} action rows, got {arr.shape[0]}")
     if arr.dtype.kind in "biu":
         return arr.astype(np.int64)
-    arr = arr.astype(np.float64)
-    if not np.all(np.isfinite(arr)):
+    arr = arr.astype(np.float64)  # our own copy: a vendor may reuse its reply buffer
+    if not np.isfinite(arr).all():
         raise OracleFailure("actions contain non-finite values (NaN or inf)")
     return arr
 

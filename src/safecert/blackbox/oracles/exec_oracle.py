@@ -37,12 +37,13 @@ class ExecOracle:
     stdout, it may also spend :data:`STARTUP_GRACE_S` (interpreter, imports, model loading); from
     its first byte on, the reply must be complete within ``timeout_s``.
 
-    Processes (:mod:`safecert.procs`): the vendor runs in a session of its own, marked with a token
-    in its environment, with a parent-death signal (it dies with the thread that started it, even
-    on ``kill -9`` of safecert). A call that times out kills the vendor and everything it started,
-    ``setsid`` children included (a late reply would put requests and replies out of step); a
-    vendor that exits or closes its pipes fails the call with its exit code and the tail of its
-    stderr. Either way the next call starts a fresh process (``restarts`` counts them). ``close``
+    Processes (:class:`safecert.procs.VendorProcess`): on Linux the vendor runs under a supervisor
+    that keeps every process it starts in its subtree (``setsid``, double forks and scrubbed
+    environments included) and takes that subtree down when asked, when the vendor exits, or when
+    the thread that started it dies (``kill -9`` of safecert included). A call that times out kills
+    the vendor and everything it started (a late reply would put requests and replies out of
+    step); a vendor that exits or closes its pipes fails the call with its exit code and the tail
+    of its stderr. Either way the next call starts a fresh process (``restarts`` counts them). ``close``
     kills and reaps whatever the vendor left behind. One request is one batch: ``B`` observations
     cost one round trip.
     """
@@ -50,31 +51,18 @@ class ExecOracle:
     def __init__(self, spec: OracleSpec) -> None:
         self.spec = spec
         self.restarts = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: procs.VendorProcess | None = None
         self._buf = b""
         self._stderr = b""
         self._started = 0
-        self._token = ""
 
     # -- process management -------------------------------------------------------------------
-    def _start(self) -> subprocess.Popen[bytes]:
-        self._token = procs.new_token()
+    def _start(self) -> procs.VendorProcess:
         try:
-            proc = subprocess.Popen(
-                list(self.spec.argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self.spec.base_dir,
-                bufsize=0,
-                start_new_session=True,  # own session and group: killed as a whole
-                env=procs.vendor_env(self._token),
-                preexec_fn=procs.vendor_preexec(),
-            )
+            proc = procs.VendorProcess(self.spec.argv, cwd=self.spec.base_dir)
         except OSError as exc:
             raise OracleFailure(f"cannot start {self.spec.argv[0]}: {exc}") from None
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
         if self._started:
             self.restarts += 1
@@ -87,12 +75,10 @@ class ExecOracle:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        # once reaped, the vendor's pid may be reused: then only its token identifies its children
-        procs.kill_tree(proc.pid if proc.returncode is None else None, self._token)
-        proc.wait()
+        proc.kill()
         _close(proc.stdin, proc.stdout, proc.stderr)
 
-    def _crashed(self, proc: subprocess.Popen[bytes], what: str) -> OracleFailure:
+    def _crashed(self, proc: procs.VendorProcess, what: str) -> OracleFailure:
         try:
             code: int | None = proc.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
@@ -105,8 +91,7 @@ class ExecOracle:
             f"vendor {what} (exit code {code}){detail}; restarted on the next call"
         )
 
-    def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> bool:
-        assert proc.stderr is not None
+    def _drain_stderr(self, proc: procs.VendorProcess) -> bool:
         try:
             data = proc.stderr.read(_CHUNK)
         except (BlockingIOError, ValueError):
@@ -126,7 +111,6 @@ class ExecOracle:
             self._kill()
             proc = self._start()
             grace = STARTUP_GRACE_S
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         out = memoryview(payload + b"\n")
         deadline = time.monotonic() + self.spec.timeout_s + grace
         readers = [proc.stdout, proc.stderr]

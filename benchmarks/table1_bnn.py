@@ -24,13 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+from safecert.bnn.cegis import CegisResult
 from safecert.bnn.config import (
     BENCHMARKS,
     bayesian_spec,
     benchmark_config,
     load_policy_network,
 )
-from safecert.bnn.search import BnnProblem, search_epsilon
+from safecert.bnn.search import BnnProblem, Warm, search_epsilon
+from safecert.bnn.spec import Epsilon
 from safecert.bnn.system import build_system
 
 ABLATIONS = ("no_retrain", "x0_xu", "bootstrap")
@@ -58,6 +60,7 @@ def run_one(
     ladder: tuple[str, ...],
     seed: int,
     clock: str = "cpu",
+    max_iterations: int = 200,
 ) -> dict:
     """One cell: the ε search for ``name`` under ``ablation`` within ``time_limit_s``."""
     cfg = benchmark_config(
@@ -70,6 +73,7 @@ def run_one(
             "per_epsilon_s": time_limit_s,
             "total_s": time_limit_s,
             "solver_s": min(120.0, time_limit_s),
+            "max_iterations": max_iterations,
         },
     )
     mean, _ = load_policy_network(cfg, None)
@@ -77,9 +81,19 @@ def run_one(
         build_system(cfg.system, cfg.dynamics, cfg.sets), mean, bayesian_spec(cfg, mean), cfg
     )
     t0, c0 = time.perf_counter(), time.process_time()
-    found = search_epsilon(
-        lambda e, w, lim: problem.run(e, w, lim), ladder, total_time_s=time_limit_s, clock=clock
-    )
+
+    def attempt(e: Epsilon, warm: Warm, limit_s: float) -> CegisResult:
+        res = problem.run(e, warm, limit_s)
+        print(  # progress on stderr, one line per rung (a long cell is not silent)
+            f"  {name} {e}: {res.verdict} after {res.runtimes_s['total_s']:.0f} s "
+            f"({res.iterations} iterations, {res.verifier_calls} verifier calls; {res.reason}); "
+            f"cell so far {time.process_time() - c0:.0f} CPU-s, {time.perf_counter() - t0:.0f} wall-s",
+            file=sys.stderr,
+            flush=True,
+        )
+        return res
+
+    found = search_epsilon(attempt, ladder, total_time_s=time_limit_s, clock=clock)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
     elapsed, until_best = 0.0, None
     for a in found.attempts:
@@ -104,6 +118,7 @@ def run_one(
                 "iterations": a.result.iterations,
                 "verifier_calls": a.result.verifier_calls,
                 "milp_counterexamples": len(a.result.counterexamples),
+                "incumbent_counterexamples": a.result.incumbent_counterexamples,
                 "sampled_violations": a.result.sampled_violations,
                 "spurious_witnesses": a.result.spurious,
             }
@@ -113,6 +128,7 @@ def run_one(
         "paper_s": paper_s,
         "time_limit_s": time_limit_s,
         "clock": clock,
+        "max_iterations": max_iterations,
     }
 
 
@@ -160,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--clock", choices=("cpu", "wall"), default="cpu", help="what limits and times measure"
     )
+    ap.add_argument(
+        "--max-iterations",
+        type=int,
+        default=200,
+        help="CEGIS learner rounds per ε (the engine's default 200; raise it so that the CPU "
+        "budget, not the cap, ends a long run)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write all rows as JSON here")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -169,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for name in args.policies.split(","):
         for ablation in args.ablations.split(","):
-            row = run_one(name, ablation, limit, ladder, args.seed, args.clock)
+            row = run_one(name, ablation, limit, ladder, args.seed, args.clock, args.max_iterations)
             rows.append(row)
             print(
                 f"{name:9s} {ablation:10s} ours {_fmt_eps(row['verified_sigma']):>6s} "

@@ -113,3 +113,11 @@ def test_bad_inputs():
         TrainingData(np.zeros((2, 2)), np.array([0, 2]))
     with pytest.raises(DataError, match="labels"):
         TrainingData(np.zeros((2, 2)), np.array([0]))
+
+
+def test_relabel_changes_only_the_matching_states() -> None:
+    data = TrainingData(np.array([[0.0, 1.0], [2.0, 3.0], [0.0, 1.0]]), np.array([1.0, 1.0, 0.0]))
+    data.relabel(np.array([[0.0, 1.0], [9.0, 9.0]]), np.array([0.0, 1.0]))
+    np.testing.assert_array_equal(data.spec_y, [0.0, 1.0, 0.0])
+    data.relabel(np.array([[2.0, 3.0]]), np.array([0.0]))
+    np.testing.assert_array_equal(data.spec_y, [0.0, 0.0, 0.0])

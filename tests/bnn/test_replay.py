@@ -80,3 +80,20 @@ def test_output_replay() -> None:
         box, x, targets, Box([-3.0], [3.0]), Polytope(np.array([[-1.0]]), np.array([-2.15]))
     )
     assert rep.ok and abs(forward(rep.weights, x)[0] - 2.2) < 1e-12 and box.contains(rep.weights)
+
+
+def test_realised_weights_at_the_upper_end_stay_in_the_box() -> None:
+    """``−0.933 + 1·(0.715 + 0.933)`` is 0.7150000000000001 in float64: without clipping, a target
+    at the top of its interval gave weights one ulp outside the box, and a real witness was
+    discarded."""
+    from safecert.bnn.replay import realise_weights
+    from safecert.bnn.spec import WeightBox
+
+    mean = ReluNetwork([(np.array([[0.0]]), np.array([0.0]))])
+    lo = ((np.array([[-0.933]]), np.array([0.0])),)
+    hi = ((np.array([[0.715]]), np.array([0.0])),)
+    assert -0.933 + 1.0 * (0.715 + 0.933) > 0.715  # the rounding this guards against
+    box = WeightBox(mean, lo, hi)
+    x = np.array([1.0])
+    w = realise_weights(box, x, [np.array([0.715])])
+    assert box.contains(w) and w[0][0][0, 0] == 0.715

@@ -121,3 +121,17 @@ def test_solver_sessions_print_nothing_on_stdout() -> None:
         [sys.executable, "-c", "import highspy; highspy.Highs()"], capture_output=True, text=True
     )
     assert "HiGHS" in bare.stdout
+
+
+@pytest.mark.parametrize("solver", ["highs", "scip"])
+def test_incumbent_pool_holds_other_feasible_points(solver) -> None:
+    rng = np.random.default_rng(0)
+    milp, best = _knapsack(rng)
+    plain = solve(milp, solver)
+    res = solve(milp, solver, keep_incumbents=True)
+    assert plain.pool == () and res.objective == pytest.approx(best)
+    assert len(res.pool) >= 1  # HiGHS and SCIP both start from a worse incumbent here
+    for p in res.pool:
+        assert milp.violation(p) <= 1e-6  # feasible, checked row by row
+        assert not np.array_equal(p, res.values)
+        assert sum(c * p[i] for i, c in milp.objective.items()) <= best + 1e-9

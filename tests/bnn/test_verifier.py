@@ -53,6 +53,28 @@ def test_leaky_system_gives_a_replayed_closure_counterexample() -> None:
     np.testing.assert_allclose(verdict.x_next, toy(0.4).step(verdict.x, policy.forward(verdict.x)))
 
 
+@pytest.mark.parametrize("gain,strict", [(0.4, False), (0.6, True)])
+def test_incumbents_give_more_counterexamples_each_replayed(gain, strict) -> None:
+    """Every extra counterexample from the solver's incumbents is a real violation, recomputed
+    here by hand in float64; the main counterexample is the one found without the pool."""
+    box = _lds_box()
+    bench, g = toy(gain=gain), l1_ball_invariant()
+    kw = {"first_feasible": False, "strict_closure": strict}
+    with_pool = Verifier(bench, box, incumbents=True, **kw).check(g)
+    plain = Verifier(bench, box, **kw).check(g)
+    assert isinstance(with_pool, Counterexample) and isinstance(plain, Counterexample)
+    np.testing.assert_array_equal(with_pool.x, plain.x)
+    assert plain.more == () and len(with_pool.more) >= 1
+    seen = {with_pool.x.tobytes()}
+    for rep in with_pool.more:
+        assert rep.ok and rep.weights is not None and box.contains(rep.weights)
+        x_next = bench.step(rep.x, forward(rep.weights, rep.x))
+        np.testing.assert_array_equal(x_next, rep.x_next)
+        assert g_of(rep.x) >= 0 and (g_of(x_next) < 0 or not bench.in_box(x_next))
+        assert rep.x.tobytes() not in seen
+        seen.add(rep.x.tobytes())
+
+
 def g_of(x) -> float:
     return float(l1_ball_invariant().forward(x)[0])
 

@@ -200,6 +200,8 @@ class CegisResult:
     verifier_calls: int = 0
     counterexamples: list[Counterexample] = field(default_factory=list)
     sampled_violations: int = 0
+    #: further replayed violations taken from the solver's incumbents (training data only)
+    incumbent_counterexamples: int = 0
     spurious: int = 0
     runtimes_s: dict[str, float] = field(default_factory=dict)
 
@@ -309,6 +311,9 @@ def cegis(
             continue
         result.counterexamples.append(verdict)
         where = absorb(data, bench, verdict)
+        for rep in verdict.more:  # the solver's other incumbents that replayed
+            absorb(data, bench, _as_violation(bench, rep.x, rep.x_next))
+        result.incumbent_counterexamples += len(verdict.more)
         if falsifier is not None:
             falsifier.remember(verdict.x)
         _report(progress, it, f"{verdict.condition} counterexample → {where}")

@@ -104,6 +104,15 @@ class TrainingData:
         self.ce_x = np.concatenate([self.ce_x, x])
         self.ce_next = np.concatenate([self.ce_next, x_next])
 
+    def relabel(self, x: np.ndarray, labels: np.ndarray) -> None:
+        """Give every D_spec state equal to a row of ``x`` the matching label (exact labels of a
+        finite system replace older ones, e.g. those of a smaller ε)."""
+        index = {tuple(row): float(v) for row, v in zip(np.asarray(x), labels, strict=True)}
+        for i, row in enumerate(self.spec_x):
+            v = index.get(tuple(row))
+            if v is not None:
+                self.spec_y[i] = v
+
     def copy(self) -> TrainingData:
         return TrainingData(
             self.spec_x.copy(), self.spec_y.copy(), self.ce_x.copy(), self.ce_next.copy()

@@ -51,8 +51,9 @@ def realise_weights(box: WeightBox, x: np.ndarray, targets: Sequence[np.ndarray]
             0.0,
             1.0,
         )
-        w = w_min + lam[None, :] * (w_max - w_min)
-        b = bl + lam * (bu - bl)
+        # clipped: ``lo + 1·(hi − lo)`` can round one ulp past ``hi``, and the box check is exact
+        w = np.clip(w_min + lam[None, :] * (w_max - w_min), wl, wu)
+        b = np.clip(bl + lam * (bu - bl), bl, bu)
         out.append((w, b))
         a = a @ w + b
         if k < last:

@@ -8,11 +8,20 @@ attempt is warm-started from the previous *certified* attempt's invariant and it
 (the paper warm-starts from g and D_spec; D_ce is kept too because every transition possible under
 a smaller box is possible under a larger one). The result is the largest ε certified, with its
 proof — never a claim about the ε that failed (UNKNOWN is not "unsafe").
+
+On a finite system (integer states, discrete actions, :func:`~safecert.bnn.finite.is_finite`) each
+attempt first analyses the whole state space (:func:`~safecert.bnn.finite.analyse_finite`): where
+X0 is not inside the maximal invariant, no certificate is possible and the attempt ends at once
+(UNKNOWN; the reason gives the trajectory from X0 into X_u with weights in the box where one
+replays, i.e. where no invariant exists at all); otherwise, with ``data.bootstrap``, the
+maximal invariant labels every state exactly in place of the Monte-Carlo bootstrap. The verdict is
+still the verifier's alone.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
@@ -29,7 +38,8 @@ from safecert.bnn.cegis import (
 )
 from safecert.bnn.config import BnnConfig
 from safecert.bnn.dynamics import System
-from safecert.bnn.learner import Learner, bootstrap_labels
+from safecert.bnn.finite import FiniteAnalysis, analyse_finite, is_finite
+from safecert.bnn.learner import Learner, TrainingData, bootstrap_labels
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox, parse_epsilon
@@ -37,7 +47,6 @@ from safecert.bnn.verifier import DEFAULT_MARGIN, Verifier
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
-    from safecert.bnn.learner import TrainingData
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,9 @@ class BnnProblem:
     strict_closure: bool = True
     #: the verifier's soundness margin (``Verifier(margin=…)``); the certificate records it
     verifier_margin: float = DEFAULT_MARGIN
+    #: learn from every incumbent of a violated MILP that replays (Verifier ``incumbents``;
+    #: training data only, proofs unchanged)
+    incumbents: bool = True
 
     def box(self, epsilon: Epsilon) -> WeightBox:
         return self.spec.box(self.mean, epsilon)
@@ -66,13 +78,35 @@ class BnnProblem:
     def run(
         self, epsilon: Epsilon, warm: Warm = None, time_limit_s: float | None = None
     ) -> CegisResult:
-        """Alg. 1 at ``epsilon``: fresh D_spec (optionally bootstrapped under this ε's box) unless
-        ``warm`` gives a previous invariant and its data. Seeded from ``config.seed`` and ε."""
+        """Alg. 1 at ``epsilon``: fresh D_spec (optionally bootstrapped under this ε's box; exact
+        labels on a finite system, module docstring) unless ``warm`` gives a previous invariant
+        and its data. Seeded from ``config.seed`` and ε. The verifier also learns from the
+        solver's other incumbents that replay (``incumbents``)."""
         cfg = self.config
         box = self.box(epsilon)
         seed_seq = np.random.SeedSequence([cfg.seed, int(round(epsilon.value * 1e6))])
         rng = np.random.default_rng(seed_seq)
-        if warm is None:
+        now = CLOCKS[cfg.limits.clock]
+        t0, wall0 = now(), time.perf_counter()
+        finite = analyse_finite(self.bench, box) if is_finite(self.bench) else None
+        if finite is not None and not finite.initial_inside:
+            log.info("ε = %s: %s", epsilon, finite.describe())
+            return _settled(
+                finite, warm, self._learner(), seed_seq, now() - t0, time.perf_counter() - wall0
+            )
+        if finite is not None and warm is None and cfg.data.bootstrap:
+            # the exact labels replace the Monte-Carlo bootstrap: label 0 is right (the state is
+            # in no certifiable invariant), label 1 (the maximal invariant) is one valid choice
+            data, hints = initial_data(
+                self.bench,
+                rng,
+                initial_samples=cfg.data.initial_samples,
+                unsafe_samples=cfg.data.unsafe_samples,
+            )
+            data.add_spec(finite.states[finite.maximal], 1)
+            data.add_spec(finite.states[~finite.maximal], 0)
+            init = None
+        elif warm is None:
             boot = None
             if cfg.data.bootstrap and cfg.data.bootstrap_states > 0:
                 boot = bootstrap_labels(
@@ -93,7 +127,9 @@ class BnnProblem:
             init = None
         else:
             init, data, hints = warm[0], warm[1].copy(), None
-        learner = Learner(cfg.learner_settings(), low=self.bench.box.lo, high=self.bench.box.hi)
+            if finite is not None and cfg.data.bootstrap:  # this ε's exact labels win
+                data.relabel(finite.states, finite.labels())
+        learner = self._learner()
         verifier = Verifier(
             self.bench,
             box,
@@ -103,21 +139,23 @@ class BnnProblem:
             first_feasible=False,
             strict_closure=self.strict_closure,
             margin=self.verifier_margin,
+            incumbents=self.incumbents,
         )
         falsifier = (
             SamplingFalsifier(self.bench, box, rng, samples=cfg.data.falsifier_samples)
             if cfg.data.falsifier_samples > 0
             else None
         )
+        spent, spent_wall = now() - t0, time.perf_counter() - wall0  # the finite analysis, if any
         settings = CegisSettings(
             max_iterations=cfg.limits.max_iterations,
-            time_limit_s=min(cfg.limits.per_epsilon_s, time_limit_s or np.inf),
+            time_limit_s=min(cfg.limits.per_epsilon_s, time_limit_s or np.inf) - spent,
             seed=int(seed_seq.generate_state(1)[0]),
             retrain=cfg.learner.retrain,
             clock=cfg.limits.clock,
         )
         log.info("cegis at ε = %s (warm start: %s)", epsilon, warm is not None)
-        return cegis(
+        result = cegis(
             learner,
             verifier,
             self.bench,
@@ -128,6 +166,40 @@ class BnnProblem:
             falsifier=falsifier,
             progress=self.progress,
         )
+        if finite is not None:  # the analysis is verification work of this attempt
+            result.runtimes_s["verifier_s"] += spent
+            result.runtimes_s["total_s"] += spent
+            result.runtimes_s["wall_s"] += spent_wall
+        return result
+
+    def _learner(self) -> Learner:
+        return Learner(
+            self.config.learner_settings(), low=self.bench.box.lo, high=self.bench.box.hi
+        )
+
+
+def _settled(
+    finite: FiniteAnalysis,
+    warm: Warm,
+    learner: Learner,
+    seed_seq: np.random.SeedSequence,
+    spent_s: float,
+    wall_s: float,
+) -> CegisResult:
+    """The attempt at an ε where X0 is not inside the maximal invariant: no certificate is
+    possible, so no CEGIS is run; UNKNOWN (nothing is certified) with the analysis as the reason.
+    The recorded candidate is the warm start's (or an untrained network)."""
+    g = warm[0] if warm is not None else learner.new_network(int(seed_seq.generate_state(1)[0]))
+    data = warm[1].copy() if warm is not None else TrainingData(finite.states, finite.labels())
+    times = {"learner_s": 0.0, "verifier_s": spent_s, "falsifier_s": 0.0}
+    return CegisResult(
+        "UNKNOWN",
+        finite.describe(),
+        g,
+        None,
+        data,
+        runtimes_s={**times, "total_s": spent_s, "wall_s": wall_s},
+    )
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,9 @@ class SolveResult:
     bound: float | None = None
     optimal: bool = False
     message: str = ""
+    #: with ``keep_incumbents``: the other feasible points the solver found on the way (earlier
+    #: incumbents, each feasible within tolerances; not replayed, not optimal)
+    pool: tuple[np.ndarray, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -211,6 +214,7 @@ def _highs(
     gap: float,
     threads: int,
     feastol: float | None,
+    keep_incumbents: bool = False,
 ) -> SolveResult:
     import highspy
 
@@ -224,6 +228,8 @@ def _highs(
         h.setOptionValue("time_limit", float(time_limit_s))
     if stop_at_first:
         h.setOptionValue("mip_max_improving_sols", 1)
+    if keep_incumbents and milp.n_integer:
+        h.setOptionValue("mip_improving_solution_save", True)
     lp = _highs_lp(milp)
     cost = np.zeros(milp.n_vars)
     for i, c in milp.objective.items():
@@ -256,6 +262,10 @@ def _highs(
         S.kObjectiveBound,
     ):
         values = np.asarray(h.getSolution().col_value, dtype=np.float64)
+        pool: tuple[np.ndarray, ...] = ()
+        if keep_incumbents and milp.n_integer:
+            saved = [np.asarray(p.col_value, dtype=np.float64) for p in h.getSavedMipSolutions()]
+            pool = tuple(p for p in saved if not np.array_equal(p, values))
         return SolveResult(
             "feasible",
             "highs",
@@ -264,6 +274,7 @@ def _highs(
             float(info.objective_function_value),
             bound,
             ms == S.kOptimal,
+            pool=pool,
         )
     if ms == S.kTimeLimit:
         return SolveResult("timeout", "highs", runtime, bound=bound, message="time limit")
@@ -277,6 +288,7 @@ def _scip(
     gap: float,
     threads: int,
     feastol: float | None,
+    keep_incumbents: bool = False,
 ) -> SolveResult:
     import pyscipopt
 
@@ -322,6 +334,10 @@ def _scip(
         sol = m.getBestSol()
         assert sol is not None  # getNSols() > 0
         values = np.array([sol[v] for v in xs], dtype=np.float64)
+        pool: tuple[np.ndarray, ...] = ()
+        if keep_incumbents:
+            others = [np.array([s[v] for v in xs], dtype=np.float64) for s in m.getSols()]
+            pool = tuple(p for p in others if not np.array_equal(p, values))
         return SolveResult(
             "feasible",
             "scip",
@@ -330,6 +346,7 @@ def _scip(
             float(m.getSolObjVal(sol)),
             bound,
             status == "optimal",
+            pool=pool,
         )
     if status == "timelimit":
         return SolveResult("timeout", "scip", runtime, bound=bound, message="time limit")
@@ -345,9 +362,11 @@ def solve(
     gap: float = 1e-6,
     threads: int = 1,
     feastol: float | None = None,
+    keep_incumbents: bool = False,
 ) -> SolveResult:
     """Solve ``milp`` with ``solver`` (``"highs"`` or ``"scip"``); see :class:`SolveResult`.
-    ``feastol`` overrides the solvers' feasibility tolerances (default ≈1e-6)."""
+    ``feastol`` overrides the solvers' feasibility tolerances (default ≈1e-6);
+    ``keep_incumbents`` returns the other feasible points found in ``SolveResult.pool``."""
     if solver not in SOLVERS:
         raise SolverError(f"unknown solver {solver!r}", field="solver", fix=f"use one of {SOLVERS}")
     if time_limit_s is not None and not time_limit_s > 0:
@@ -355,7 +374,7 @@ def solve(
             f"time limit must be > 0 s, got {time_limit_s}", field="time_limit_s", fix="use e.g. 60"
         )
     run = _highs if solver == "highs" else _scip
-    return run(milp, time_limit_s, stop_at_first, gap, threads, feastol)
+    return run(milp, time_limit_s, stop_at_first, gap, threads, feastol, keep_incumbents)
 
 
 class LpSession:

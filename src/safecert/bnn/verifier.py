@@ -85,10 +85,17 @@ class Counterexample:
     replay: ReplayReport
     checks: tuple[CheckResult, ...]
     x_next: np.ndarray | None = None
+    #: further replayed violations of the same question from the solver's earlier incumbents
+    #: (``Verifier(incumbents=True)``): training data for CEGIS, each as real as ``replay``
+    more: tuple[ReplayReport, ...] = ()
 
     @property
     def runtime_s(self) -> float:
         return sum(c.runtime_s for c in self.checks)
+
+    def with_checks(self, checks: tuple[CheckResult, ...]) -> Counterexample:
+        """The same counterexample with the checks of every question asked so far."""
+        return Counterexample(self.condition, self.x, self.replay, checks, self.x_next, self.more)
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,9 @@ class Verifier:
     the policy's and ``g(x')``'s hidden bounds; ``first_feasible``: stop each solve at its first
     witness (re-solved to optimality only if that witness does not replay); ``strict_closure``: ask
     the closure question strictly first (for counterexample generation, see :func:`decide`) — the
-    relaxed query is still the one whose infeasibility makes the proof.
+    relaxed query is still the one whose infeasibility makes the proof; ``incumbents``: also
+    replay the solver's earlier incumbents of a query that gave a counterexample and return those
+    that replay in ``Counterexample.more`` (more counterexamples per MILP, no extra solve).
     """
 
     def __init__(
@@ -151,6 +160,7 @@ class Verifier:
         first_feasible: bool = True,
         threads: int = 1,
         strict_closure: bool = False,
+        incumbents: bool = False,
     ) -> None:
         if policy.mean.in_dim != bench.state_dim or policy.mean.out_dim != bench.n_actions:
             raise ConfigError(
@@ -175,6 +185,7 @@ class Verifier:
         self.solver, self.time_limit_s, self.tighten = solver, time_limit_s, tighten
         self.margin, self.first_feasible, self.threads = margin, first_feasible, threads
         self.robust_margin, self.strict_closure = robust_margin, strict_closure
+        self.incumbents = incumbents
 
     # ---- public ---------------------------------------------------------------------------
     def check(self, g: ReluNetwork) -> Verdict:
@@ -186,9 +197,7 @@ class Verifier:
             verdict = run(g)
             checks.extend(verdict.checks)
             if isinstance(verdict, Counterexample):
-                return Counterexample(
-                    verdict.condition, verdict.x, verdict.replay, tuple(checks), verdict.x_next
-                )
+                return verdict.with_checks(tuple(checks))
             if isinstance(verdict, Unknown):
                 spurious.extend(verdict.spurious)
         return _summarise(checks, spurious)
@@ -293,7 +302,7 @@ class Verifier:
             )
             checks.extend(verdict.checks)
             if isinstance(verdict, Counterexample):
-                return Counterexample(condition, verdict.x, verdict.replay, tuple(checks))
+                return verdict.with_checks(tuple(checks))
             if isinstance(verdict, Unknown):
                 spurious.extend(verdict.spurious)
         return _summarise(checks, spurious)
@@ -306,6 +315,7 @@ class Verifier:
             time_limit_s=self.time_limit_s,
             stop_at_first=first,
             threads=self.threads,
+            keep_incumbents=self.incumbents,
         )
 
     def _decide(self, condition: Condition, build: Builder, strict_first: bool = False) -> Verdict:
@@ -376,7 +386,8 @@ def decide(
             )
         )
         if rep is not None and rep.ok:
-            return Counterexample(condition, rep.x, rep, tuple(checks), rep.x_next)
+            more = _replayed_pool(res, replay, rep)
+            return Counterexample(condition, rep.x, rep, tuple(checks), rep.x_next, more)
         if strict_first and step == 0 and status == "infeasible":
             continue  # no robust violation: now the relaxed query, whose infeasibility proves
         if rep is None:
@@ -385,6 +396,20 @@ def decide(
         if res.optimal and step > 0:
             break
     return _summarise(checks, spurious)
+
+
+def _replayed_pool(
+    res: SolveResult, replay: Replay, first: ReplayReport
+) -> tuple[ReplayReport, ...]:
+    """The solver's other incumbents that replay as violations, one per distinct state."""
+    seen = {first.x.tobytes()}
+    out: list[ReplayReport] = []
+    for values in res.pool:
+        rep = replay(values)
+        if rep.ok and rep.x.tobytes() not in seen:
+            seen.add(rep.x.tobytes())
+            out.append(rep)
+    return tuple(out)
 
 
 def _summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:

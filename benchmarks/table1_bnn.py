@@ -61,10 +61,14 @@ def run_one(
     seed: int,
     clock: str = "cpu",
     max_iterations: int = 200,
+    hidden: tuple[int, ...] | None = None,
 ) -> dict:
-    """One cell: the ε search for ``name`` under ``ablation`` within ``time_limit_s``."""
+    """One cell: the ε search for ``name`` under ``ablation`` within ``time_limit_s`` (``hidden``:
+    the invariant network's widths instead of the packaged ones)."""
+    extra = {} if hidden is None else {"invariant": {"hidden": list(hidden)}}
     cfg = benchmark_config(
         name,
+        **extra,
         seed=seed,
         data={"bootstrap": ablation == "bootstrap"},
         learner={"retrain": ablation != "no_retrain"},
@@ -183,16 +187,24 @@ def main(argv: list[str] | None = None) -> int:
         help="CEGIS learner rounds per ε (the engine's default 200; raise it so that the CPU "
         "budget, not the cap, ends a long run)",
     )
+    ap.add_argument(
+        "--hidden",
+        default=None,
+        help="invariant network widths, e.g. 24 or 24,24 (default: the packaged 12, 32 for car)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write all rows as JSON here")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     limit = 120.0 if args.quick else args.time_limit
     ladder = QUICK_LADDER if args.quick else LADDER
+    hidden = None if args.hidden is None else tuple(int(v) for v in args.hidden.split(","))
     rows: list[dict] = []
     for name in args.policies.split(","):
         for ablation in args.ablations.split(","):
-            row = run_one(name, ablation, limit, ladder, args.seed, args.clock, args.max_iterations)
+            row = run_one(
+                name, ablation, limit, ladder, args.seed, args.clock, args.max_iterations, hidden
+            )
             rows.append(row)
             print(
                 f"{name:9s} {ablation:10s} ours {_fmt_eps(row['verified_sigma']):>6s} "

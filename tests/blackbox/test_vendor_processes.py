@@ -118,6 +118,12 @@ return = {{ lower = 0.0, upper = 20.0 }}
 """
 
 
+def _certify(config: Path, out: Path, *options: str, **popen) -> subprocess.Popen:
+    """``safecert certify CONFIG --out OUT [options]`` as a child process of the test."""
+    cmd = [sys.executable, "-m", "safecert.cli.main", "certify", str(config), "--out", str(out)]
+    return subprocess.Popen([*cmd, *options], **popen)
+
+
 def test_certify_with_a_forking_dripping_exec_vendor_finishes_and_leaves_nothing(tmp_path):
     """A real run: the vendor trickles every reply after its third (each such episode fails at
     its deadline), forks escapees at every (re)start; ``workers = 1`` from the config is obeyed."""
@@ -127,17 +133,10 @@ def test_certify_with_a_forking_dripping_exec_vendor_finishes_and_leaves_nothing
     config = tmp_path / "run.toml"
     config.write_text(CONFIG.format(policy=policy, extra="workers = 1"))
     start = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "safecert.cli.main",
-            "certify",
-            str(config),
-            "--out",
-            str(tmp_path / "out"),
-            "--json",
-        ],
+    proc = _certify(
+        config,
+        tmp_path / "out",
+        "--json",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -194,16 +193,9 @@ def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
     config.write_text(
         CONFIG.format(policy=policy, extra="workers = 2").replace("episodes = 3", "episodes = 40")
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "safecert.cli.main",
-            "certify",
-            str(config),
-            "--out",
-            str(tmp_path / "out"),
-        ],
+    proc = _certify(
+        config,
+        tmp_path / "out",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -263,19 +255,7 @@ def test_kill_minus_9_of_certify_leaves_no_hung_vendor(tmp_path, workers):
     config = tmp_path / "run.toml"
     body = CONFIG.format(policy=policy, extra=f"workers = {workers}")
     config.write_text(body.replace("timeout_s = 1.0", "timeout_s = 30.0"))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "safecert.cli.main",
-            "certify",
-            str(config),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = _certify(config, tmp_path / "out", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
 
         def hanging_vendor() -> bool:  # a vendor of the pool (workers = 2) or of certify itself

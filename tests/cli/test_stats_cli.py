@@ -78,3 +78,10 @@ def test_bad_input_one_line(cli, tmp_path):
     bad.write_text('{"kind": "spaceship"}')
     _one_line_error(cli("verify", str(bad)), "certificate")
     _one_line_error(cli("verify", str(tmp_path / "missing.json")), "certificate")
+
+
+def test_bound_refuses_an_endless_size(cli):
+    """N = 10^18 with k = N/2 used to sum tails without end; now one line above the limit."""
+    res = cli("bound", "--failures", str(5 * 10**17), "--episodes", str(10**18))
+    assert res.code == 2 and "episodes" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

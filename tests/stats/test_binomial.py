@@ -181,3 +181,17 @@ def test_tails_sum_to_one_and_match_the_pmf_sum():
             direct = sum(binomial_pmf(j, n, p) for j in range(k + 1))
             assert below == pytest.approx(direct, rel=1e-12, abs=1e-300)
             assert below + above == pytest.approx(1.0, abs=1e-14)
+
+
+def test_sizes_whose_tail_sums_would_not_end_are_refused():
+    """The tail sums take about √min(k, N − k) terms: beyond the stated limits the bound is a
+    ConfigError naming the field (a `bound` at N = 10^18, k = N/2 used to run without end)."""
+    from safecert.stats.binomial import MAX_EPISODES, MAX_MINORITY
+
+    with pytest.raises(ConfigError, match="episodes"):
+        cp_upper(5, MAX_EPISODES + 1, 0.1)
+    with pytest.raises(ConfigError, match="failures"):
+        cp_upper(MAX_MINORITY + 1, 2 * MAX_MINORITY + 2, 0.1)
+    # at the limits, small k on huge N and the closed forms still answer
+    assert 0.0 < cp_upper(5, MAX_EPISODES, 0.1).value < 1e-14
+    assert cp_lower(MAX_EPISODES, MAX_EPISODES, 0.1).value < 1.0

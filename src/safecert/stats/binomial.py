@@ -47,6 +47,10 @@ _STIRLERR = (
 _S0, _S1, _S2, _S3, _S4 = 1 / 12, 1 / 360, 1 / 1260, 1 / 1680, 1 / 1188
 _LOG_2PI = math.log(2.0 * math.pi)
 _NEGLIGIBLE = 2.0**-60
+#: the largest N, and the largest min(k, N − k), a bound is computed for: a tail sum takes about
+#: √min(k, N − k) terms (0.23 s at k = 5·10^8 of N = 10^9)
+MAX_EPISODES = 10**15
+MAX_MINORITY = 10**9
 
 
 def _stirlerr(n: int) -> float:
@@ -224,14 +228,27 @@ class BinomialInterval:
 
 
 def validate_counts(failures: int, episodes: int) -> None:
-    """Raise :class:`ConfigError` unless 0 ≤ failures ≤ episodes and episodes ≥ 1."""
+    """Raise :class:`ConfigError` unless 0 ≤ failures ≤ episodes, 1 ≤ episodes ≤ 10^15 and
+    min(failures, episodes − failures) ≤ 10^9 (so that no bound takes more than a second)."""
     if episodes < 1:
         raise ConfigError(f"{episodes} must be at least 1", field="episodes", fix="pass N >= 1")
+    if episodes > MAX_EPISODES:
+        raise ConfigError(
+            f"{episodes} is above the limit of {MAX_EPISODES:.0e}",
+            field="episodes",
+            fix=f"pass N <= {MAX_EPISODES}",
+        )
     if failures < 0:
         raise ConfigError(f"{failures} is negative", field="failures", fix="pass 0 <= K <= N")
     if failures > episodes:
         raise ConfigError(
             f"{failures} exceeds episodes={episodes}", field="failures", fix="pass 0 <= K <= N"
+        )
+    if min(failures, episodes - failures) > MAX_MINORITY:
+        raise ConfigError(
+            f"{failures} of {episodes}: both failures and successes exceed {MAX_MINORITY:.0e}",
+            field="failures",
+            fix="the bound's cost grows with √min(K, N − K); pass fewer episodes",
         )
 
 

@@ -5,6 +5,7 @@ count), median of ``--repeat`` runs, with the load average. Baseline and command
 load changes hit both.
 
     .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300 --tasks point,cheetah
+    .venv/bin/python benchmarks/cli_startup.py --episodes 300 --tasks cheetah --batch 1,8
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ env = "SafeHalfCheetahVelocity-v0"
 episodes = {episodes}
 seed = 0
 max_steps = 250
-batch_size = 1
+batch_size = {batch}
 workers = 1
 [spec]
 budget = 5.0
@@ -83,6 +84,7 @@ env_kwargs = {{ layout_seed = 0 }}
 episodes = {episodes}
 seed = 0
 max_steps = 200
+batch_size = {batch}
 workers = 1
 [spec]
 budget = 1000.0
@@ -113,6 +115,12 @@ def main() -> None:
         help="point (SafePointGoal, scripted "
         "policy, ~0.1 ms steps) and/or cheetah (MuJoCo HalfCheetah, ONNX policy)",
     )
+    parser.add_argument(
+        "--batch",
+        default="1",
+        help="comma-separated batch_size values for certify (env copies in lockstep, one policy "
+        "call per step for all of them); the hand loop always calls the policy once per step",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="startup_"))
     subprocess.run(["cp", "-r", str(REPO / "examples" / "vendors"), str(tmp)], check=True)
@@ -132,20 +140,22 @@ def main() -> None:
     for task in args.tasks.split(","):
         script, config = tasks[task]
         for n in [int(v) for v in args.episodes.split(",")]:
-            name = f"{task}{n}.toml"
-            (tmp / name).write_text(textwrap.dedent(config.format(episodes=n, model=model)))
-            hand, cert = [], []
-            for _ in range(args.repeat):  # alternate, so load changes hit both sides
-                hand.append(wall([sys.executable, str(tmp / script), str(n)], 1))
-                cmd = SAFECERT + ["certify", name, "--out", "out", "--workers", "1"]
-                cert.append(wall(cmd, 1, tmp, tmp / "out"))
-            h, c = statistics.median(hand), statistics.median(cert)
-            result[f"{task}_episodes_{n}"] = {
-                "hand_loop_s": h,
-                "certify_s": c,
-                "fixed_over_hand_s": c - h,
-                "ratio": c / h,
-            }
+            for batch in [int(v) for v in args.batch.split(",")]:
+                name = f"{task}{n}b{batch}.toml"
+                text = config.format(episodes=n, model=model, batch=batch)
+                (tmp / name).write_text(textwrap.dedent(text))
+                hand, cert = [], []
+                for _ in range(args.repeat):  # alternate, so load changes hit both sides
+                    hand.append(wall([sys.executable, str(tmp / script), str(n)], 1))
+                    cmd = SAFECERT + ["certify", name, "--out", "out", "--workers", "1"]
+                    cert.append(wall(cmd, 1, tmp, tmp / "out"))
+                h, c = statistics.median(hand), statistics.median(cert)
+                result[f"{task}_episodes_{n}_batch_{batch}"] = {
+                    "hand_loop_s": h,
+                    "certify_s": c,
+                    "fixed_over_hand_s": c - h,
+                    "ratio": c / h,
+                }
     result["load_average_1min_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=1))
 

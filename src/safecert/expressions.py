@@ -443,7 +443,7 @@ def _binary(fn: Callable[[Any, Any], Any], left: Compiled, right: Compiled) -> C
 def _subscript(owner: Compiled, index: Compiled, label: str) -> Compiled:
     def run(scope: Scope) -> Any:
         obj, key = owner(scope), index(scope)
-        if isinstance(obj, Mapping):
+        if type(obj) is dict or isinstance(obj, Mapping):
             if key not in obj:
                 present = ", ".join(sorted(map(str, obj))[:20]) or "none"
                 raise EvalError(f"{label} has no key {key!r} (keys present: {present})")
@@ -475,6 +475,8 @@ def _get(owner: Compiled, key: Compiled, default: Compiled) -> Compiled:
 
 def as_number(value: Any, what: str) -> float:
     """A finite float from a scalar expression value (booleans count 1/0); EvalError otherwise."""
+    if type(value) is float and math.isfinite(value):  # the common case, without numpy
+        return value
     arr = np.asarray(value)
     if arr.ndim != 0 or arr.dtype.kind not in "biuf":
         raise EvalError(f"{what} must be one number, got {arr.tolist()!r}")

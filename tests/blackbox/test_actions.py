@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from safecert.blackbox.oracles import OracleFailure
-from safecert.blackbox.rollout import action_mismatch, to_action
+from safecert.blackbox.rollout import BoxBatch, action_mismatch, to_action
 from safecert.blackbox.store import EpisodeStore
 
 VENDORS = '''
@@ -149,5 +149,41 @@ def test_to_action_rules_against_the_space():
     for rule in ("fail", "clip"):  # no nearest action exists: fails under both rules
         with pytest.raises(OracleFailure, match="action_out_of_space"):
             to_action(disc, np.array([5]), rule)
+    with pytest.raises(OracleFailure, match="action_out_of_space"):
+        to_action(box, np.array([np.nan, 0.0]), "clip")  # NaN has no nearest action
     assert action_mismatch(box, np.zeros((1, 2))) is None  # a flat row of the right size
     assert "not supported" in action_mismatch(gym.spaces.MultiBinary(2), np.zeros(2))
+
+
+@pytest.mark.parametrize("rows", [1, 4, 300])  # 300 × 3 values: the numpy comparison (> 256)
+def test_whole_batch_check_agrees_with_the_row_by_row_rule(rows):
+    """BoxBatch.ok is True exactly when every row passes to_action unchanged under "fail":
+    checked against to_action on random batches with values on, inside and just outside the
+    float32 bounds, NaN, ±inf, wrong shapes and integer replies."""
+    box = gym.spaces.Box(
+        low=np.array([-1.0, 0.1, -3.3], dtype=np.float32),
+        high=np.array([1.0, 0.7, 2.2], dtype=np.float32),
+    )
+    check = BoxBatch(box)
+    low, high = box.low.astype(float), box.high.astype(float)
+    rng = np.random.default_rng(rows)
+    specials = [low, high, np.nextafter(low, -np.inf), np.nextafter(high, np.inf)]
+    agreed = {True: 0, False: 0}
+    for trial in range(200):
+        actions = rng.uniform(low, high, size=(rows, 3))
+        if trial % 2:
+            r, c = rng.integers(rows), rng.integers(3)
+            pick = rng.integers(len(specials) + 3)
+            actions[r, c] = (
+                specials[pick][c] if pick < len(specials) else [np.nan, np.inf, -np.inf][pick - 4]
+            )
+        try:
+            row_by_row = all(np.array_equal(to_action(box, row, "fail"), row) for row in actions)
+        except OracleFailure:
+            row_by_row = False
+        assert check.ok(actions) == row_by_row, actions
+        agreed[row_by_row] += 1
+    assert agreed[True] > 50 and agreed[False] > 20
+    assert not check.ok(np.zeros((rows, 2)))  # the wrong shape is left to to_action
+    assert not check.ok(np.zeros((rows, 3), dtype=np.int64))  # and so is an integer reply
+    assert not check.ok(np.zeros((rows, 3), dtype=np.float32))

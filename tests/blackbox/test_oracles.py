@@ -75,6 +75,19 @@ def test_integer_actions_keep_integer_dtype():
     assert out.dtype == np.int64 and out.shape == (2, 1)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 200])  # 200 × 2 values: the numpy path (> 256)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_actions_are_refused_in_small_and_large_replies(rows, bad):
+    rng = np.random.default_rng(rows)
+    for where in range(0, rows * 2, max(1, rows // 3)):
+        reply = rng.normal(size=(rows, 2)).astype(np.float32)
+        reply.flat[where] = bad
+        with pytest.raises(OracleFailure, match="non-finite"):
+            check_actions(reply, rows)
+    fine = rng.normal(size=(rows, 2)) * 1e300  # large but finite: not refused
+    assert np.array_equal(check_actions(fine, rows), fine)
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [

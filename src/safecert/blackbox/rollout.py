@@ -134,12 +134,6 @@ class SpecFailure(Exception):
         super().__init__(f"{field}: {reason}")
 
 
-def _live(slots: Sequence[_Episode | None], i: int) -> _Episode:
-    ep = slots[i]
-    assert ep is not None, "a live slot holds an episode"
-    return ep
-
-
 class _Episode:
     """Running totals of one live episode."""
 
@@ -188,8 +182,8 @@ def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
 
     A row of the wrong type or shape is an :class:`OracleFailure` of kind ``action_shape``. A row
     outside the space is a failure of kind ``action_out_of_space`` under ``"fail"``; under
-    ``"clip"`` a Box action is clipped into the box (a Discrete action outside the space has no
-    nearest action and fails under both rules). Applied before any perturbation, in every cell."""
+    ``"clip"`` a Box action is clipped into the box (NaN, and a Discrete action outside the
+    space, have no nearest action and fail under both rules). Applied before any perturbation, in every cell."""
     if isinstance(space, spaces.Box):  # the common case first, without re-checking its type
         arr = np.asarray(row, dtype=float)
         if arr.shape != space.shape:
@@ -201,7 +195,7 @@ def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
         if (arr >= low).all() and (arr <= high).all():
             return arr
         low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
-        if rule == "clip":
+        if rule == "clip" and not np.isnan(arr).any():  # NaN has no nearest action
             return np.clip(arr, low, high)
     else:
         why = action_mismatch(space, row)
@@ -211,12 +205,40 @@ def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
         if not space.contains(action):
             raise OracleFailure(f"action_out_of_space: action {action} is outside {space}")
         return action
-    outside = np.flatnonzero((arr < low) | (arr > high))
+    outside = np.flatnonzero(~((arr >= low) & (arr <= high)))  # NaN is outside too
     i = int(outside[0])
     raise OracleFailure(
         f"action_out_of_space: action[{i}] = {arr.reshape(-1)[i]:.6g} outside "
         f"[{low.reshape(-1)[i]:.6g}, {high.reshape(-1)[i]:.6g}] ({len(outside)} dims outside)"
     )
+
+
+class BoxBatch:
+    """Checks whole reply batches against one Box action space at once.
+
+    ``ok(actions)`` is True when every row is already an action of the space as it stands:
+    float64, of ``space.shape`` and inside the bounds, compared in float64 (NaN is never inside).
+    Then no row needs :func:`to_action`; otherwise :func:`to_action` judges each row. Small
+    batches are compared as Python floats (a few numpy calls cost more than the comparisons)."""
+
+    SMALL = 256  # values per batch up to which Python compares faster than numpy
+
+    def __init__(self, space: spaces.Box) -> None:
+        self.shape = space.shape
+        self.low = np.asarray(space.low, dtype=np.float64)
+        self.high = np.asarray(space.high, dtype=np.float64)
+        self.lows, self.highs = self.low.ravel().tolist(), self.high.ravel().tolist()
+
+    def ok(self, actions: np.ndarray) -> bool:
+        if actions.dtype != np.float64 or actions.shape[1:] != self.shape:
+            return False
+        if actions.size > self.SMALL:
+            return bool((actions >= self.low).all()) and bool((actions <= self.high).all())
+        for row in actions.reshape(len(actions), -1).tolist():
+            for low, value, high in zip(self.lows, row, self.highs, strict=True):
+                if not low <= value <= high:
+                    return False
+        return True
 
 
 def _check_reads(spec: EpisodeSpec, ep: _Episode, seen_keys: set[Any]) -> None:
@@ -301,30 +323,38 @@ def run_lockstep(
 
     for i in range(len(envs)):
         yield from fill(i)
+    space = envs[0].action_space  # copies of one cell's environment share it: checked per batch
+    box = None
+    if isinstance(space, spaces.Box) and all(env.action_space == space for env in envs[1:]):
+        box = BoxBatch(space)
     while True:
-        live = [i for i, ep in enumerate(slots) if ep is not None]
-        if not live:
+        running = [(i, ep) for i, ep in enumerate(slots) if ep is not None]
+        if not running:
             return
-        running = [_live(slots, i) for i in live]
-        batch = running[0].obs[None] if len(running) == 1 else np.stack([e.obs for e in running])
+        n = len(running)
+        batch = running[0][1].obs[None] if n == 1 else np.stack([ep.obs for _, ep in running])
         try:
             actions = np.asarray(policy(batch))
-            if actions.ndim == 0 or actions.shape[0] != len(live):
-                raise OracleFailure(f"expected {len(live)} action rows, got shape {actions.shape}")
+            if actions.ndim == 0 or actions.shape[0] != n:
+                raise OracleFailure(f"expected {n} action rows, got shape {actions.shape}")
         except OracleFailure as exc:
-            for i, ep in zip(live, running, strict=True):
+            for i, ep in running:
                 yield record(ep, False, False, exc.reason)
                 yield from fill(i)
             continue
-        for row, (i, ep) in enumerate(zip(live, running, strict=True)):
+        checked = box is not None and box.ok(actions)
+        for row, (i, ep) in enumerate(running):
             env = envs[i]
             try:
-                action = to_action(env.action_space, actions[row], rule)
+                action = (
+                    actions[row] if checked else to_action(env.action_space, actions[row], rule)
+                )
                 obs, reward, terminated, truncated, info = env.step(action)
+                reward = float(reward)
                 ep.last = step_scope(
                     true_observation(env, obs),
                     action,
-                    float(reward),
+                    reward,
                     info,
                     terminated,
                     truncated,
@@ -346,7 +376,7 @@ def run_lockstep(
                 yield from fill(i)
                 continue
             ep.steps += 1
-            ep.ret += float(reward)
+            ep.ret += reward
             ep.cost += cost
             ep.obs = np.asarray(obs, dtype=np.float64)
             if max_steps is not None and ep.steps >= max_steps and not terminated:

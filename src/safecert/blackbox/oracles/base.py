@@ -10,6 +10,7 @@ numeric array with one row per observation and only finite values; anything else
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -60,16 +61,20 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
         arr = np.asarray(raw)
     except (ValueError, TypeError) as exc:  # ragged nested lists
         raise OracleFailure(f"actions are not a rectangular array ({exc})") from None
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
+    kind = arr.dtype.kind
+    if kind not in "biuf":  # object arrays (kind "O") included
         raise OracleFailure(f"actions are not numeric (dtype {arr.dtype})")
     if arr.ndim == 0:
         raise OracleFailure("actions are a scalar, expected one row per observation")
     if arr.shape[0] != n_rows:
         raise OracleFailure(f"expected {n_rows} action rows, got {arr.shape[0]}")
-    if arr.dtype.kind in "biu":
+    if kind != "f":
         return arr.astype(np.int64)
     arr = arr.astype(np.float64)  # our own copy: a vendor may reuse its reply buffer
-    if not np.isfinite(arr).all():
+    finite = (  # small replies are checked as Python floats: cheaper than a numpy reduction
+        all(map(math.isfinite, arr.ravel().tolist())) if arr.size <= 256 else np.isfinite(arr).all()
+    )
+    if not finite:
         raise OracleFailure("actions contain non-finite values (NaN or inf)")
     return arr
 

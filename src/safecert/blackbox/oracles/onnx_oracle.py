@@ -25,6 +25,8 @@ class OnnxOracle:
         self.threads = threads
         self._session: Any = None
         self._input: Any = None
+        self._name = ""
+        self._flatten = False  # the model's input has rank 2: flatten each observation
 
     def _load(self) -> Any:
         if self._session is None:
@@ -45,6 +47,8 @@ class OnnxOracle:
                     field="policy",
                 ) from None
             self._input = self._session.get_inputs()[0]
+            self._name = self._input.name
+            self._flatten = len(self._input.shape) == 2
         return self._session
 
     def act(self, observations: np.ndarray) -> np.ndarray:
@@ -53,10 +57,11 @@ class OnnxOracle:
         except OracleError as exc:
             raise OracleFailure(str(exc)) from None
         obs = np.asarray(observations, dtype=np.float32)
-        if len(self._input.shape) == 2 and obs.ndim != 2:
+        if self._flatten and obs.ndim != 2:
             obs = obs.reshape(len(obs), -1)
+        feed = {self._name: obs}
         out = timed_call(
-            lambda: session.run(None, {self._input.name: obs})[0],
+            lambda: session.run(None, feed)[0],
             self.spec.timeout_s,
             "onnxruntime",
         )

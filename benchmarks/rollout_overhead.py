@@ -1,0 +1,134 @@
+"""Per-step cost of certify's rollout loop: ``run_lockstep`` with the real oracle (reply checks,
+action-space check, spec cost) beside a hand-written Gymnasium loop on the same task, policy and
+seeds, in this one process — no start-up, no store, no report. Best (minimum) of ``--repeat``
+interleaved runs, so load changes hit both sides.
+
+    .venv/bin/python benchmarks/rollout_overhead.py --episodes 60 --repeat 7 --batch 1,8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+import safecert.envs  # noqa: F401  (registers the built-in tasks)
+from safecert.blackbox.config import RunConfig
+from safecert.blackbox.jobs import EpisodeJob, episode_seed
+from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
+from safecert.blackbox.rollout import make_base_env, run_lockstep
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "examples" / "vendors" / "cheetah_safe.onnx"
+
+TASKS = {
+    "point": {
+        "policy": "python:vendors.point_policies:hazard_avoider",
+        "env": "SafePointGoal-v0",
+        "env_kwargs": {"layout_seed": 0},
+        "max_steps": 200,
+        "spec": {"budget": 1000.0, "goal": "steps >= 0", "cost": "info:cost"},
+    },
+    "cheetah": {
+        "policy": f"onnx:{MODEL}",
+        "env": "SafeHalfCheetahVelocity-v0",
+        "env_kwargs": {},
+        "max_steps": 250,
+        "spec": {"budget": 5.0, "goal": "no_termination", "cost": "info:cost"},
+    },
+}
+
+
+def hand_policy(task: str) -> Callable[[np.ndarray], np.ndarray]:
+    """What a person would call: the bare function, or the bare ONNX session on float32."""
+    if task == "point":
+        sys.path.insert(0, str(REPO / "examples"))
+        from vendors.point_policies import hazard_avoider
+
+        return lambda obs: hazard_avoider(np.asarray(obs)[None])[0]
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(MODEL), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda obs: session.run(None, {name: np.asarray(obs, dtype=np.float32)[None]})[0][0]
+
+
+def hand_loop(task: str, episodes: int, act: Callable[[np.ndarray], np.ndarray]) -> int:
+    spec = TASKS[task]
+    env = gym.make(spec["env"], **spec["env_kwargs"])
+    steps = 0
+    for i in range(episodes):
+        obs, _ = env.reset(seed=episode_seed(0, 0, i))
+        for _ in range(spec["max_steps"]):
+            obs, _r, term, trunc, _info = env.step(act(obs))
+            steps += 1
+            if term or trunc:
+                break
+    return steps
+
+
+def certify_loop(task: str, episodes: int, batch: int) -> int:
+    spec = TASKS[task]
+    config = RunConfig.model_validate(
+        {**spec, "episodes": episodes, "seed": 0, "workers": 1, "batch_size": batch}
+    )
+    oracle = make_oracle(parse_oracle_spec(config.policy, base_dir=REPO / "examples"))
+    envs = [make_base_env(config, REPO) for _ in range(batch)]
+    jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
+    try:
+        return sum(r.steps for r in run_lockstep(envs, jobs, oracle.act, config))
+    finally:
+        oracle.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--episodes", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--tasks", default="point,cheetah")
+    parser.add_argument("--batch", default="1,8", help="comma-separated batch_size values")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batch.split(",")]
+    result: dict[str, object] = {"load_average_1min": os.getloadavg()[0]}
+    for task in args.tasks.split(","):
+        act = hand_policy(task)
+        hand: list[float] = []
+        mine: dict[int, list[float]] = {b: [] for b in batches}
+        steps = {}
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            steps["hand"] = hand_loop(task, args.episodes, act)
+            hand.append(time.perf_counter() - start)
+            for b in batches:
+                start = time.perf_counter()
+                steps[b] = certify_loop(task, args.episodes, b)
+                mine[b].append(time.perf_counter() - start)
+        if len(set(steps.values())) != 1:
+            raise SystemExit(f"{task}: the loops ran different episodes: {steps}")
+        h = min(hand)
+        row: dict[str, object] = {"steps": steps["hand"], "hand_s": h}
+        for b in batches:
+            m = min(mine[b])
+            row[f"batch_{b}"] = {
+                "certify_loop_s": m,
+                "ratio": m / h,
+                "extra_us_per_step": (m - h) / steps["hand"] * 1e6,
+            }
+        result[task] = row
+        print(task, json.dumps(row), file=sys.stderr, flush=True)
+    result["load_average_1min_after"] = os.getloadavg()[0]
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,8 @@ from safecert.bnn.replay import realise_weights
 from safecert.bnn.sets import Box, Polytope
 from safecert.bnn.solvers import Milp, solve
 from safecert.bnn.spec import BayesianSpec, WeightBox, default_spec
-from safecert.bnn.verifier import Counterexample, Proof, check_problem1, output_extreme
+from safecert.bnn.problem1 import check_problem1, output_extreme
+from safecert.bnn.verifier import Counterexample, Proof
 
 
 def _net(rng, widths):

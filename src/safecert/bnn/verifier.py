@@ -45,10 +45,9 @@ from safecert.bnn.replay import (
     ReplayReport,
     replay_closure,
     replay_initial,
-    replay_output,
     replay_unsafe,
 )
-from safecert.bnn.sets import Box, Piece, Polytope
+from safecert.bnn.sets import Piece, Polytope
 from safecert.bnn.solvers import Milp, SolveResult, solve
 from safecert.bnn.spec import WeightBox
 from safecert.errors import ConfigError
@@ -200,7 +199,7 @@ class Verifier:
                 return verdict.with_checks(tuple(checks))
             if isinstance(verdict, Unknown):
                 spurious.extend(verdict.spurious)
-        return _summarise(checks, spurious)
+        return summarise(checks, spurious)
 
     def closure_query(self, g: ReluNetwork, m: float | None = None) -> _Query:
         """The closure MILP relaxed by ``m`` (default ``margin``; negative = strict by ``−m``)."""
@@ -264,7 +263,7 @@ class Verifier:
         def build(m: float, k: int, piece: Piece) -> tuple[Milp, Replay]:
             milp = Milp()
             x = state_vars(milp, piece.box.lo, piece.box.hi, b.integer)
-            _add_polytope(milp, x, piece.rows, max(m, 0.0))  # replay snaps onto the piece
+            add_polytope(milp, x, piece.rows, max(m, 0.0))  # replay snaps onto the piece
             out = encode_network(milp, g, x).out
             milp.add_row(out.idx, [1.0], hi=m)
             milp.set_objective(out.idx, [1.0], maximize=False)
@@ -279,7 +278,7 @@ class Verifier:
         def build(m: float, k: int, piece: Piece) -> tuple[Milp, Replay]:
             milp = Milp()
             x = state_vars(milp, piece.box.lo, piece.box.hi, b.integer)
-            _add_polytope(milp, x, piece.rows, max(m, 0.0))  # replay snaps onto the piece
+            add_polytope(milp, x, piece.rows, max(m, 0.0))  # replay snaps onto the piece
             out = encode_network(milp, g, x).out
             milp.add_row(out.idx, [1.0], lo=-m)
             milp.set_objective(out.idx, [1.0], maximize=True)
@@ -305,7 +304,7 @@ class Verifier:
                 return verdict.with_checks(tuple(checks))
             if isinstance(verdict, Unknown):
                 spurious.extend(verdict.spurious)
-        return _summarise(checks, spurious)
+        return summarise(checks, spurious)
 
     # ---- internals ------------------------------------------------------------------------
     def _solve(self, milp: Milp, first: bool) -> SolveResult:
@@ -395,7 +394,7 @@ def decide(
         spurious.append(rep)
         if res.optimal and step > 0:
             break
-    return _summarise(checks, spurious)
+    return summarise(checks, spurious)
 
 
 def _replayed_pool(
@@ -412,7 +411,7 @@ def _replayed_pool(
     return tuple(out)
 
 
-def _summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:
+def summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:
     bad = [c for c in checks if c.status in ("timeout", "error")]
     if not bad and not spurious and all(c.status == "infeasible" for c in checks):
         return Proof(tuple(checks))
@@ -432,77 +431,6 @@ def _check_candidate(g: ReluNetwork, dim: int) -> None:
         )
 
 
-def _add_polytope(milp: Milp, x: Bounded, poly: Polytope, margin: float) -> None:
+def add_polytope(milp: Milp, x: Bounded, poly: Polytope, margin: float) -> None:
     for a, rhs in zip(poly.A, poly.b, strict=True):
         milp.add_row(x.idx, a, hi=float(rhs) + margin)
-
-
-# ---- Problem 1 ---------------------------------------------------------------------------------
-def output_extreme(
-    box: WeightBox,
-    in_box: Box,
-    direction: np.ndarray,
-    *,
-    solver: str = "highs",
-    tighten: bool = False,
-    integer: bool = False,
-    time_limit_s: float | None = None,
-) -> tuple[SolveResult, Bounded, NetworkEncoding]:
-    """``max_{x ∈ in_box, W ∈ box} direction · π_W(x)`` (``SolveResult.bound`` is a sound upper bound)."""
-    milp = Milp()
-    x = state_vars(milp, in_box.lo, in_box.hi, integer)
-    enc = encode_network(milp, box, x, tighten=tighten)
-    milp.set_objective(enc.out.idx, direction, maximize=True)
-    return solve(milp, solver, time_limit_s=time_limit_s), x, enc
-
-
-def check_problem1(
-    box: WeightBox,
-    in_box: Box,
-    unsafe_outputs: Sequence[Polytope],
-    *,
-    solver: str = "highs",
-    tighten: bool = False,
-    time_limit_s: float | None = 60.0,
-    margin: float = 1e-6,
-) -> Verdict:
-    """Problem 1: does every network with weights in ``box`` map ``in_box`` outside the union of
-    ``unsafe_outputs`` (polytopes over the outputs)? One MILP per polytope, witnesses replayed."""
-    checks: list[CheckResult] = []
-    spurious: list[ReplayReport] = []
-    for poly in unsafe_outputs:
-
-        def build(m: float, poly: Polytope = poly) -> tuple[Milp, Replay]:
-            milp = Milp()
-            x = state_vars(milp, in_box.lo, in_box.hi)
-            enc = encode_network(milp, box, x, tighten=tighten)
-            _add_polytope(milp, enc.out, poly, m)
-            # push witnesses inside the polytope: maximise the smallest slack
-            slack = new_vars(milp, [-1e6], [1e6]).idx[0]
-            for a, rhs in zip(poly.A, poly.b, strict=True):
-                milp.add_row(
-                    np.concatenate([enc.out.idx, [slack]]),
-                    np.concatenate([a, [1.0]]),
-                    hi=float(rhs),
-                )
-            milp.set_objective([slack], [1.0], maximize=True)
-
-            def replay(sol: np.ndarray) -> ReplayReport:
-                return replay_output(
-                    box, x.value(sol), [p.value(sol) for p in enc.pre], in_box, poly
-                )
-
-            return milp, replay
-
-        def solve_fn(m: Milp, first: bool) -> SolveResult:
-            return solve(m, solver, time_limit_s=time_limit_s, stop_at_first=first)
-
-        verdict = decide("problem1", build, solve_fn, True, margin, 1e-5)
-        checks.extend(verdict.checks)
-        if isinstance(verdict, Counterexample):
-            return Counterexample(
-                "problem1", verdict.x, verdict.replay, tuple(checks), verdict.x_next
-            )
-        if isinstance(verdict, Unknown):
-            spurious.extend(verdict.spurious)
-    return _summarise(checks, spurious)

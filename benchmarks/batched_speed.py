@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from safecert.blackbox.backends import LocalBackend
-from safecert.blackbox.certify import make_context, open_store, plan_run
+from safecert.blackbox.certify import make_context, open_store
+from safecert.blackbox.plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORS = ROOT / "examples" / "vendors"

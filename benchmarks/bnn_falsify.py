@@ -128,13 +128,13 @@ def corner_networks(box: WeightBox) -> tuple[list[Layer], list[Layer], bool]:
 
 
 def mix(lo: list[Layer], hi: list[Layer], lam: float, box: WeightBox) -> list[Layer]:
-    """``(1 − λ) W_lo + λ W_hi``, clipped into the box against rounding."""
+    """``W_lo + λ (W_hi − W_lo)``, clipped into the box against rounding."""
     out = []
     for (wa, ba), (wb, bb), (wl, bl), (wu, bu) in zip(lo, hi, box.lower, box.upper, strict=True):
         out.append(
             (
-                np.clip((1 - lam) * wa + lam * wb, wl, wu),
-                np.clip((1 - lam) * ba + lam * bb, bl, bu),
+                np.clip(wa + lam * (wb - wa), wl, wu),
+                np.clip(ba + lam * (bb - ba), bl, bu),
             )
         )
     return out
@@ -290,6 +290,71 @@ def replay(s: Setup, traj: Trajectory) -> dict:
     }
 
 
+def optimise(
+    s: Setup, lo: list[Layer], hi: list[Layer], horizon: int, rng: np.random.Generator, evals: int
+) -> tuple[Trajectory | None, int]:
+    """Derivative-free optimisation over the start ``x_0`` (in X0's bounding box, first piece) and
+    one action-interval position ``λ_t ∈ [0, 1]`` per step (weights ``(1 − λ_t) W_lo + λ_t W_hi``):
+    differential evolution maximises ``max_t d0(x_t)`` over ``horizon`` steps. Returns the
+    trajectory cut at its first failing state if the best point fails (else None) and the number
+    of rollouts evaluated."""
+    from scipy.optimize import differential_evolution
+
+    p = s.bench.initial.pieces[0].box
+    d = len(p.lo)
+
+    def mixed(lam: np.ndarray) -> BatchedLayers:
+        """One network ``(1 − λ_j) W_lo + λ_j W_hi`` per entry of ``lam``, clipped into the box."""
+        out = []
+        for (wa, ba), (wb, bb), (wl, bl), (wu, bu) in zip(
+            lo, hi, s.box.lower, s.box.upper, strict=True
+        ):
+            w = wa[None] + lam[:, None, None] * (wb - wa)[None]
+            c = ba[None] + lam[:, None] * (bb - ba)[None]
+            out.append((np.clip(w, wl, wu), np.clip(c, bl, bu)))
+        return out
+
+    def rollout(z: np.ndarray) -> np.ndarray:
+        """z: (n, d + horizon) → states (horizon + 1, n, d)."""
+        x = z[:, :d]
+        xs = [x]
+        for t in range(horizon):
+            x = s.bench.step(x, batched_forward(mixed(z[:, d + t]), x))
+            xs.append(x)
+        return np.stack(xs)
+
+    def objective(zt: np.ndarray) -> np.ndarray:
+        z = np.atleast_2d(zt.T)
+        xs = rollout(z)
+        dang = np.where(failed(s, xs), np.maximum(danger0(s, xs), 0.0), danger0(s, xs))
+        return -dang.max(axis=0)
+
+    bounds = list(zip(p.lo, p.hi, strict=True)) + [(0.0, 1.0)] * horizon
+    res = differential_evolution(
+        objective,
+        bounds,
+        seed=int(rng.integers(2**31)),
+        vectorized=True,
+        updating="deferred",
+        maxiter=max(1, evals // (15 * len(bounds))),
+        popsize=15,
+        tol=0,
+        polish=False,
+    )
+    z = res.x
+    if not bool(s.bench.in_initial(z[:d])):
+        return None, int(res.nfev)
+    x = z[:d].copy()
+    weights = []
+    for t in range(horizon):
+        w = mix(lo, hi, float(z[d + t]), s.box)
+        weights.append(w)
+        x = s.bench.step(x, forward(w, x))
+        if bool(failed(s, x[None])[0]):
+            return Trajectory(z[:d], weights), int(res.nfev)
+    return None, int(res.nfev)
+
+
 def x0_starts(s: Setup, rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` states of X0: its corners and edge midpoints, then uniform samples."""
     p = s.bench.initial.pieces[0].box
@@ -311,6 +376,8 @@ def run(
     lambdas: int,
     grid: int,
     seed: int,
+    evals: int = 200_000,
+    opt_horizon: int = 12,
 ) -> dict:
     c0 = time.process_time()
     rng = np.random.default_rng(seed)
@@ -339,6 +406,23 @@ def run(
             out.append((w.reshape(n * (ka + kb), *w.shape[2:]), c.reshape(n * (ka + kb), -1)))
         return out
 
+    if mode == "optimise":
+        traj = None
+        tried = rollouts = 0
+        for _ in range(max(1, starts // 100)):
+            tried += 1
+            traj, n = optimise(s, lo, hi, opt_horizon, rng, evals)
+            rollouts += n
+            if traj is not None:
+                break
+        row["restarts"] = tried
+        row["starts_tried"] = rollouts  # every rollout starts from its own x_0 in X0's box
+        row["cpu_s"] = time.process_time() - c0
+        found = replay(s, traj) if traj is not None else None
+        row["found"] = bool(found and found["unsafe"])
+        if found is not None:
+            row["trajectory"] = found
+        return row
     if mode == "draws":
         score = lambda x: danger0(s, x)  # noqa: E731
 
@@ -398,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, default=16, help="box weight draws per state and step")
     ap.add_argument("--lambdas", type=int, default=11, help="points of the action interval")
     ap.add_argument("--grid", type=int, default=301, help="grid points per axis (value iteration)")
+    ap.add_argument("--evals", type=int, default=200_000, help="optimise: rollouts per restart")
+    ap.add_argument("--opt-horizon", type=int, default=12, help="optimise: steps optimised")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -415,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
                 lambdas=args.lambdas,
                 grid=args.grid,
                 seed=args.seed,
+                evals=args.evals,
+                opt_horizon=args.opt_horizon,
             )
             rows.append(row)
             tr = row.get("trajectory")

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from safecert.blackbox.certify import plan_run
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.ranges import estimate_ranges, random_reference
 from safecert.blackbox.rollout import build_cell_env, run_lockstep
 

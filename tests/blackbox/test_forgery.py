@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from safecert.blackbox.certify import build_certificate, plan_run
+from safecert.blackbox.certify import build_certificate
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import canonical_json, read_certificate
 from safecert.cli.main import main

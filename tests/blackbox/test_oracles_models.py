@@ -152,7 +152,7 @@ EXAMPLES = REPO / "examples"
     "name", ["cartpole_expressions.toml", "cartpole_sb3.toml", "cartpole_torchscript.toml"]
 )
 def test_bundled_examples_plan(name):
-    from safecert.blackbox.certify import plan_run
+    from safecert.blackbox.plan import plan_run
 
     plan = plan_run(EXAMPLES / name)
     assert plan.config.envelope.obs_ranges is not None

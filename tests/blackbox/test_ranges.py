@@ -15,9 +15,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from safecert.blackbox.certify import make_context, open_store, plan_run
+from safecert.blackbox.certify import make_context, open_store
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
 from safecert.blackbox.oracles import make_oracle
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.rollout import build_cell_env, run_lockstep
 from safecert.errors import ConfigError
 from tests.blackbox.pipeline_helpers import POLICIES

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from safecert.blackbox.backends import LocalBackend
-from safecert.blackbox.certify import certify, make_context, open_store, plan_run
+from safecert.blackbox.certify import certify, make_context, open_store
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.sequential import certify_sequential
 from safecert.certificate import content_sha256
 from tests.blackbox.pipeline_helpers import cartpole_run

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from safecert.blackbox.backends import LocalBackend, RunContext, Worker
-from safecert.blackbox.certify import plan_run
 from safecert.blackbox.jobs import EpisodeJob, make_jobs
 from safecert.blackbox.oracles import make_oracle
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.rollout import build_cell_env, run_lockstep
 from tests.blackbox.pipeline_helpers import cartpole_run, write_run
 

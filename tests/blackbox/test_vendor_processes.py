@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from safecert.blackbox.backends import LocalBackend, RunContext
-from safecert.blackbox.certify import plan_run
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.oracles import OracleFailure, parse_oracle_spec
+from safecert.blackbox.plan import plan_run
 from tests.blackbox.hostile import (
     VENDOR,
     exec_oracle,

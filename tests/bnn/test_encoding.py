@@ -9,11 +9,11 @@ import pytest
 
 from safecert.bnn.encoding import argmax_onehot, encode_network, piecewise_linear, state_vars
 from safecert.bnn.networks import ReluNetwork, forward, load_policy
+from safecert.bnn.problem1 import check_problem1, output_extreme
 from safecert.bnn.replay import realise_weights
 from safecert.bnn.sets import Box, Polytope
 from safecert.bnn.solvers import Milp, solve
 from safecert.bnn.spec import BayesianSpec, WeightBox, default_spec
-from safecert.bnn.problem1 import check_problem1, output_extreme
 from safecert.bnn.verifier import Counterexample, Proof
 
 

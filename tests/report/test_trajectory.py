@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safecert.blackbox.certify import certify, plan_run
+from safecert.blackbox.certify import certify
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import read_certificate
 from safecert.report.render import MAX_TRAJECTORIES, failing_episodes

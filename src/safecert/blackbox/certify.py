@@ -3,10 +3,10 @@
 The run, step by step (each step is a public function so that sequential certification,
 rejudging and replay reuse them):
 
-1. :func:`plan_run` — read and validate the config, the policy string and the environment; list the
-   grid cells; find the stage-1 (nominal) cell: the grid's own nominal cell when the grid holds
-   one (the paper's layout: stage 1 is the (0, 0) cell, judged at δ/M with M = grid cells), else a
-   separate nominal cell that joins the family (M = cells + 1).
+1. :func:`~safecert.blackbox.plan.plan_run` — read and validate the config, the policy string and
+   the environment; list the grid cells; find the stage-1 (nominal) cell: the grid's own nominal
+   cell when the grid holds one (the paper's layout: stage 1 is the (0, 0) cell, judged at δ/M
+   with M = grid cells), else a separate nominal cell that joins the family (M = cells + 1).
 2. :func:`open_store` — ``DIR/episodes.sqlite``; ``resume`` continues a run of the same config.
 3. :func:`make_context` — probe the oracle once on a real initial observation (a wrong URL, a
    model of the wrong input size, a reply of the wrong type or shape for the action space is one
@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from safecert.blackbox.backends import Backend, LocalBackend, RunContext
-from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
-from safecert.blackbox.grid import NOMINAL, Family, axes
-from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, make_jobs
+from safecert.blackbox.config import RunConfig, certified_parameters
+from safecert.blackbox.grid import Family, axes
+from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.judge import judge_run
-from safecert.blackbox.oracles import OracleSpec, make_oracle, parse_oracle_spec
+from safecert.blackbox.oracles import make_oracle
+from safecert.blackbox.plan import RunPlan, plan_run
 from safecert.blackbox.result import (
     Axis,
     BlackboxResult,
@@ -51,204 +48,8 @@ from safecert.blackbox.result import (
 from safecert.blackbox.spec import cost_expression, goal_expression
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import BlackboxCertificate, make_certificate, write_certificate
-from safecert.document import FileDigest, Inputs, file_digest
+from safecert.document import FileDigest, Inputs
 from safecert.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A validated run: config, where its paths resolve, its family and the inputs' digests."""
-
-    config_path: Path
-    config: RunConfig
-    base_dir: Path
-    oracle: OracleSpec
-    family: Family
-    cost_range: tuple[float, float] | None
-    return_range: tuple[float, float] | None
-    inputs: tuple[FileDigest, ...]
-    reference: OracleSpec | None = None
-
-    @property
-    def cells(self) -> tuple[dict[str, Any], ...]:
-        return self.family.cells
-
-    @property
-    def grid_size(self) -> int:
-        return self.family.grid_size
-
-    @property
-    def stage1_cell(self) -> int:
-        return self.family.stage1
-
-    @property
-    def needs_obs_ranges(self) -> bool:
-        return any(c.get("obs_noise", 0.0) > 0 for c in self.cells)
-
-    def all_jobs(self, done: AbstractSet[tuple[int, int]] = frozenset()) -> list[EpisodeJob]:
-        """Every job not in ``done``: stage 1 first, then the grid in order."""
-        order = [self.stage1_cell] + [i for i in range(len(self.cells)) if i != self.stage1_cell]
-        jobs: list[EpisodeJob] = []
-        for cell in order:
-            jobs.extend(make_jobs(self.config.seed, cell, self.config.episodes, done))
-        return jobs
-
-
-def plan_run(config_path: Path) -> RunPlan:
-    config, base_dir, _ = load_run_config(config_path)
-    oracle = parse_oracle_spec(
-        config.policy,
-        base_dir=base_dir,
-        headers=config.headers,
-        timeout_s=config.timeout_s,
-        retries=config.retries,
-        batched=config.batched,
-    )
-    from safecert.blackbox.rollout import make_base_env
-
-    env = make_base_env(config, base_dir)
-    limit = config.max_steps or (env.spec.max_episode_steps if env.spec else None)
-    obs_space = env.observation_space
-    obs_shape = obs_space.shape
-    env.close()
-    family = Family.of(config.envelope, config.spec.confidence)
-    _check_cells(config, base_dir, list(family.grid), obs_shape)
-    needs_ranges = any(c.get("obs_noise", 0.0) > 0 for c in family.cells)
-    if isinstance(config.envelope.obs_ranges, list) or (
-        needs_ranges and config.envelope.obs_ranges is None
-    ):
-        from safecert.blackbox.ranges import fixed_ranges
-
-        fixed_ranges(config, obs_space)
-    reference = reference_spec(config, base_dir)
-    cost_range, return_range = kpi_ranges(config, limit)
-    return RunPlan(
-        Path(config_path).resolve(),
-        config,
-        base_dir,
-        oracle,
-        family,
-        cost_range,
-        return_range,
-        input_digests(Path(config_path), config, base_dir, oracle, reference),
-        reference,
-    )
-
-
-def reference_spec(config: RunConfig, base_dir: Path) -> OracleSpec | None:
-    """The oracle of ``envelope.reference_policy`` (None for ``"random"`` or when unset); the
-    policy under test cannot be its own reference."""
-    from safecert.blackbox.ranges import RANDOM_REFERENCE
-
-    name = config.envelope.reference_policy
-    if name is None or name == RANDOM_REFERENCE:
-        return None
-    if name.strip() == config.policy.strip():
-        raise ConfigError(
-            "is the policy under test: its ranges would scale its own noise",
-            field="envelope.reference_policy",
-            fix='name a fixed reference policy (e.g. "random") shared by every vendor you compare',
-        )
-    return parse_oracle_spec(name, base_dir=base_dir, timeout_s=config.timeout_s)
-
-
-def kpi_ranges(
-    config: RunConfig, limit: int | None
-) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
-    """(cost range, return range) for the Hoeffding bounds: declared in ``[kpis]``, else the cost
-    range ``[0, limit * max_step_cost]`` when the episode length is bounded, else none."""
-    kpis = config.kpis
-    if kpis.cost is not None:
-        cost_range: tuple[float, float] | None = (kpis.cost.lower, kpis.cost.upper)
-    elif limit is not None:
-        cost_range = (0.0, float(limit) * config.spec.max_step_cost)
-    else:
-        cost_range = None
-    return_range = None if kpis.return_ is None else (kpis.return_.lower, kpis.return_.upper)
-    return cost_range, return_range
-
-
-def episode_limit(config: RunConfig, base_dir: Path) -> int | None:
-    """The episode length bound: ``max_steps``, else the environment's own time limit."""
-    if config.max_steps is not None:
-        return config.max_steps
-    from safecert.blackbox.rollout import make_base_env
-
-    env = make_base_env(config, base_dir)
-    try:
-        return env.spec.max_episode_steps if env.spec else None
-    finally:
-        env.close()
-
-
-def input_digests(
-    config_path: Path,
-    config: RunConfig,
-    base_dir: Path,
-    oracle: OracleSpec,
-    reference: OracleSpec | None = None,
-) -> tuple[FileDigest, ...]:
-    """Digests of every file the run's outcome depends on: the config, the policy's artifacts
-    (an ONNX, SB3 or TorchScript file; an ``exec:`` program, script and every argument naming a
-    file; a ``python:`` policy's module), the reference policy's artifacts (role ``reference``),
-    the config's ``artifacts`` (what a wrapper loads) and a ``python:`` env factory's module.
-    Paths are recorded relative to the config's folder."""
-    found: dict[str, FileDigest] = {}
-
-    def add(role: str, path: Path) -> None:
-        key = str(Path(path).resolve())
-        if key not in found:
-            found[key] = file_digest(role, Path(path), base_dir)
-
-    add("config", Path(config_path))
-    for artifact in oracle.artifacts:
-        add("policy", Path(artifact))
-    for artifact in reference.artifacts if reference is not None else ():
-        add("reference", Path(artifact))
-    for i, name in enumerate(config.artifacts):
-        path = Path(name).expanduser()
-        path = path if path.is_absolute() else base_dir / path
-        if not path.is_file():
-            raise ConfigError(
-                f"{path} does not exist",
-                field=f"artifacts[{i}]",
-                fix="list files the policy loads (paths relative to the config's folder)",
-            )
-        add("artifact", path)
-    module = env_module_file(config)
-    if module is not None:
-        add("env", module)
-    return tuple(found.values())
-
-
-def env_module_file(config: RunConfig) -> Path | None:
-    """The source file of a ``python:module:factory`` environment (imported by then)."""
-    if not config.env.startswith("python:"):
-        return None
-    module = sys.modules.get(config.env[len("python:") :].partition(":")[0])
-    source = getattr(module, "__file__", None)
-    return Path(source) if source else None
-
-
-def _check_cells(
-    config: RunConfig,
-    base_dir: Path,
-    cells: list[dict[str, Any]],
-    obs_shape: tuple[int, ...] | None,
-) -> None:
-    """Build every cell's wrapped env once, so that an envelope the environment cannot take
-    (no mass to shift, no layouts, an L∞ action adversary on a discrete space) is one ConfigError
-    before the run — not an error inside a worker."""
-    from safecert.blackbox.rollout import build_cell_env
-
-    ranges = np.ones(obs_shape) if obs_shape else None
-    for params in cells:
-        if any(v != NOMINAL[k] for k, v in params.items()):
-            build_cell_env(config, base_dir, params, ranges, _no_policy).close()
-
-
-def _no_policy(observations: np.ndarray) -> np.ndarray:  # pragma: no cover - never called
-    raise AssertionError("the envelope check runs no episode")
 
 
 def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from safecert.blackbox.certify import blackbox_result, episode_limit, kpi_ranges
+from safecert.blackbox.certify import blackbox_result
 from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
 from safecert.blackbox.grid import Family
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, episode_seed
+from safecert.blackbox.plan import episode_limit, kpi_ranges
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import (
     BlackboxCertificate,

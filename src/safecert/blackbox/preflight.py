@@ -22,7 +22,7 @@ from safecert.blackbox.oracles import Oracle, OracleFailure, make_oracle
 from safecert.errors import ConfigError, OracleError
 
 if TYPE_CHECKING:
-    from safecert.blackbox.certify import RunPlan
+    from safecert.blackbox.plan import RunPlan
 
 PREFLIGHT_CELL = 2**31 - 2
 

@@ -42,7 +42,6 @@ from safecert.blackbox.certify import (
     closing_local,
     make_context,
     open_store,
-    plan_run,
     run_inputs,
     run_jobs,
 )
@@ -50,6 +49,7 @@ from safecert.blackbox.config import RunConfig, certified_parameters
 from safecert.blackbox.grid import Family
 from safecert.blackbox.jobs import EpisodeRecord, make_jobs
 from safecert.blackbox.judge import failure_flags
+from safecert.blackbox.plan import plan_run
 from safecert.blackbox.result import (
     Cell,
     SequentialBlock,

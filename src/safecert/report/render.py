@@ -240,7 +240,7 @@ def trajectories(
         why = "the run's config is not at hand, so the episodes cannot be replayed"
         return f"<h2>{title}</h2><p class='note'>Not shown: {why}.</p>", [why, ""], {}
     ranges = cert.result.obs_ranges.range if cert.result.obs_ranges else None
-    from safecert.blackbox.certify import plan_run
+    from safecert.blackbox.plan import plan_run
 
     try:
         plan = plan_run(Path(config_path))

@@ -130,7 +130,7 @@ def replay_trajectory(
     clip: bool = False,
 ) -> Trajectory:
     """Replay ``record`` (cell, index, seed) of the run ``plan``
-    (:func:`safecert.blackbox.certify.plan_run`) with ``obs_ranges`` as stored.
+    (:func:`safecert.blackbox.plan.plan_run`) with ``obs_ranges`` as stored.
     With ``clip`` (MuJoCo, offscreen backend: :func:`clip_unavailable`) also keep at most
     :data:`CLIP_FRAMES` evenly spaced frames."""
     from safecert.blackbox.backends import RunContext, Worker

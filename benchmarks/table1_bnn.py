@@ -192,12 +192,20 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="invariant network widths, e.g. 24 or 24,24 (default: the packaged 12, 32 for car)",
     )
+    ap.add_argument(
+        "--ladder",
+        default=None,
+        help="comma-separated ε rungs, e.g. 0.2sigma,0.5sigma,1sigma,1.1sigma,1.2sigma "
+        "(default: the paper's ladder 0.2σ … 3σ)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write all rows as JSON here")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     limit = 120.0 if args.quick else args.time_limit
     ladder = QUICK_LADDER if args.quick else LADDER
+    if args.ladder is not None:
+        ladder = tuple(v.strip() for v in args.ladder.split(","))
     hidden = None if args.hidden is None else tuple(int(v) for v in args.hidden.split(","))
     rows: list[dict] = []
     for name in args.policies.split(","):

@@ -65,6 +65,7 @@ from safecert.bnn.sampling import BatchedLayers, batched_forward, network_at, sa
 from safecert.bnn.sets import Box
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.system import box_of, build_system
+from safecert.bnn.witness import corner_networks, search_segment, segment_networks
 
 
 @dataclass
@@ -105,50 +106,25 @@ def failed(s: Setup, x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- the action interval
 
 
-def corner_networks(box: WeightBox) -> tuple[list[Layer], list[Layer], bool]:
-    """``(W_lo, W_hi, exact)``: weights in the box whose single output is the least / greatest the
-    box allows at every state (module docstring). ``exact`` is True when the argument holds
-    (deterministic prefix, Bayesian layers from index ≥ 1 only — inputs ≥ 0 after a ReLU — at
-    most two of them, one output); otherwise the same sign rule is applied layer by layer
-    backwards as a heuristic (the weights are still in the box)."""
+def exact_interval(box: WeightBox) -> bool:
+    """Whether the two corner networks of :func:`safecert.bnn.witness.corner_networks` are the
+    exact least and greatest action at every state: a deterministic prefix (Bayesian layers from
+    index ≥ 1 only, so their inputs are ≥ 0 after a ReLU), at most two Bayesian layers, one
+    output (module docstring)."""
     n = len(box.lower)
     bayes = [box.is_bayesian(k) for k in range(n)]
     first = bayes.index(True) if any(bayes) else n
-    exact = (
+    return bool(
         all(bayes[first:])
         and (first >= 1 or not any(bayes))
         and n - first <= 2
         and box.mean.layers[-1][0].shape[1] == 1
     )
-    hi: list[Layer] = [None] * n  # type: ignore[list-item]
-    lo: list[Layer] = [None] * n  # type: ignore[list-item]
-    # direction of each unit of the layer being set: +1 = push the unit up for the max network
-    up_hi = np.ones(box.mean.layers[-1][0].shape[1], dtype=bool)
-    up_lo = ~up_hi
-    for k in range(n - 1, -1, -1):
-        (wl, bl), (wu, bu) = box.lower[k], box.upper[k]
-        w_hi = np.where(up_hi[None, :], wu, wl)
-        b_hi = np.where(up_hi, bu, bl)
-        w_lo = np.where(up_lo[None, :], wu, wl)
-        b_lo = np.where(up_lo, bu, bl)
-        hi[k], lo[k] = (w_hi, b_hi), (w_lo, b_lo)
-        # a unit of the layer below pushes the output up when its (chosen) weight is ≥ 0
-        up_hi = (w_hi @ np.where(up_hi, 1.0, -1.0)) >= 0 if k else up_hi
-        up_lo = (w_lo @ np.where(up_lo, 1.0, -1.0)) >= 0 if k else up_lo
-    return lo, hi, bool(exact)
 
 
 def mix(lo: list[Layer], hi: list[Layer], lam: float, box: WeightBox) -> list[Layer]:
     """``W_lo + λ (W_hi − W_lo)``, clipped into the box against rounding."""
-    out = []
-    for (wa, ba), (wb, bb), (wl, bl), (wu, bu) in zip(lo, hi, box.lower, box.upper, strict=True):
-        out.append(
-            (
-                np.clip(wa + lam * (wb - wa), wl, wu),
-                np.clip(ba + lam * (bb - ba), bl, bu),
-            )
-        )
-    return out
+    return [(w[0], b[0]) for w, b in segment_networks(box, lo, hi, np.array([lam]))]
 
 
 # ------------------------------------------------------------------------- grid value iteration
@@ -314,53 +290,15 @@ def optimise(
     trajectory cut at its first failing state if the best point fails (else None), the number of
     rollouts evaluated and the best ``max_t d0(x_t)`` (``< 0``: how far the best rollout stayed
     inside the safe box, in units of the box's half-widths)."""
-    from scipy.optimize import differential_evolution
+    d = len(s.bench.initial.pieces[0].box.lo)
 
-    p = s.bench.initial.pieces[0].box
-    d = len(p.lo)
+    def score(x: np.ndarray) -> np.ndarray:
+        return np.where(failed(s, x), np.maximum(danger0(s, x), 0.0), danger0(s, x))
 
-    def mixed(lam: np.ndarray) -> BatchedLayers:
-        """One network ``(1 − λ_j) W_lo + λ_j W_hi`` per entry of ``lam``, clipped into the box."""
-        out = []
-        for (wa, ba), (wb, bb), (wl, bl), (wu, bu) in zip(
-            lo, hi, s.box.lower, s.box.upper, strict=True
-        ):
-            w = wa[None] + lam[:, None, None] * (wb - wa)[None]
-            c = ba[None] + lam[:, None] * (bb - ba)[None]
-            out.append((np.clip(w, wl, wu), np.clip(c, bl, bu)))
-        return out
-
-    def rollout(z: np.ndarray) -> np.ndarray:
-        """z: (n, d + horizon) → states (horizon + 1, n, d)."""
-        x = z[:, :d]
-        xs = [x]
-        for t in range(horizon):
-            x = s.bench.step(x, batched_forward(mixed(z[:, d + t]), x))
-            xs.append(x)
-        return np.stack(xs)
-
-    def objective(zt: np.ndarray) -> np.ndarray:
-        z = np.atleast_2d(zt.T)
-        xs = rollout(z)
-        dang = np.where(failed(s, xs), np.maximum(danger0(s, xs), 0.0), danger0(s, xs))
-        return -dang.max(axis=0)
-
-    bounds = list(zip(p.lo, p.hi, strict=True)) + [(0.0, 1.0)] * horizon
-    res = differential_evolution(
-        objective,
-        bounds,
-        seed=int(rng.integers(2**31)),
-        vectorized=True,
-        updating="deferred",
-        maxiter=max(1, evals // (15 * len(bounds))),
-        popsize=15,
-        tol=0,
-        polish=False,
-    )
-    z = res.x
-    rollouts = int(res.nfev) * 15 * len(bounds)  # vectorised: nfev counts population calls
+    res = search_segment(s.bench, s.box, rng, evals=evals, horizon=horizon, score=score)
+    z, rollouts = np.concatenate([res.x0, res.lambdas]), res.rollouts
     if not bool(s.bench.in_initial(z[:d])):
-        return None, rollouts, -float(res.fun)
+        return None, rollouts, res.best
     x = z[:d].copy()
     weights = []
     for t in range(horizon):
@@ -368,8 +306,8 @@ def optimise(
         weights.append(w)
         x = s.bench.step(x, forward(w, x))
         if bool(failed(s, x[None])[0]):
-            return Trajectory(z[:d], weights), rollouts, -float(res.fun)
-    return None, rollouts, -float(res.fun)
+            return Trajectory(z[:d], weights), rollouts, res.best
+    return None, rollouts, res.best
 
 
 def x0_starts(s: Setup, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -399,7 +337,8 @@ def run(
     c0 = time.process_time()
     rng = np.random.default_rng(seed)
     s = setup(name, sigma)
-    lo, hi, exact = corner_networks(s.box)
+    lo, hi = corner_networks(s.box)
+    exact = exact_interval(s.box)
     assert s.box.contains(lo) and s.box.contains(hi)
     row: dict = {"policy": name, "sigma": sigma, "mode": mode, "exact_interval": exact}
     x0 = x0_starts(s, rng, starts)

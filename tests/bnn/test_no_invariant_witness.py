@@ -1,5 +1,5 @@
 """The claim in benchmarks/README.md that pend_all admits no positive invariant at 1.5σ: the
-falsifier of ``benchmarks/bnn_falsify.py`` finds a trajectory from X0 into X_u with the weights in
+witness search (``safecert.bnn.witness``) finds a trajectory from X0 into X_u with the weights in
 W_1.5σ at every step, and this test replays it a second way — the pendulum written out by hand from
 ``pend.system.toml``, the weight box built by hand (mean ± ε·σ on the two Bayesian kernels, σ =
 0.05, biases fixed) and a plain NumPy forward pass — so the claim does not rest on the package's
@@ -11,8 +11,11 @@ import math
 
 import numpy as np
 
-from benchmarks import bnn_falsify
+from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
 from safecert.bnn.networks import load_policy
+from safecert.bnn.spec import Epsilon
+from safecert.bnn.system import build_system
+from safecert.bnn.witness import find_witness
 
 
 def pendulum(x: np.ndarray, u: float) -> np.ndarray:
@@ -23,17 +26,17 @@ def pendulum(x: np.ndarray, u: float) -> np.ndarray:
 
 
 def test_pend_all_has_no_invariant_at_one_and_a_half_sigma():
-    row = bnn_falsify.run(
-        "pend_all", 1.5, "optimise", starts=0, width=0, horizon=0, draws=0, lambdas=0, grid=0,
-        seed=0, evals=80_000, opt_horizon=12,
-    )  # fmt: skip
-    assert row["found"], row
-    trajectory = row["trajectory"]
+    cfg = benchmark_config("pend_all")
+    mean, _ = load_policy_network(cfg, None)
+    box = bayesian_spec(cfg, mean).box(mean, Epsilon(1.5, True))
+    bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
+    witness = find_witness(bench, box, np.random.default_rng(0), evals=40_000, horizon=12)
+    assert witness is not None
     net = load_policy("pend_all")
     eps = 1.5 * 0.05
-    x = np.array(trajectory["path"][0])
+    x = np.array(witness.path[0])
     assert abs(x[0]) <= math.pi / 6 and abs(x[1]) <= 0.2  # starts in X0
-    for step in trajectory["weights"]:
+    for step in witness.weights:
         a = x
         for k, ((w, b), (mw, mb)) in enumerate(zip(step, net.layers, strict=True)):
             w, b = np.asarray(w), np.asarray(b)

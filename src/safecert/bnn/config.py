@@ -167,6 +167,13 @@ class DataConfig(_Model):
     falsifier_samples: int = Field(
         default=4000, ge=0, le=MAX_SAMPLES, description="sampled closure checks before each MILP"
     )
+    witness_rollouts: int = Field(
+        default=40_000,
+        ge=0,
+        le=100 * MAX_SAMPLES,
+        description="rollouts spent per ε searching for an unsafe trajectory (0: no search)",
+    )
+    witness_horizon: int = Field(default=12, ge=1, le=1000)
 
 
 Interval = list[float | str]  # [lo, hi]: numbers or constant expressions such as "-pi/6"

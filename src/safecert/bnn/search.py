@@ -14,8 +14,11 @@ attempt first analyses the whole state space (:func:`~safecert.bnn.finite.analys
 X0 is not inside the maximal invariant, no certificate is possible and the attempt ends at once
 (UNKNOWN; the reason gives the trajectory from X0 into X_u with weights in the box where one
 replays, i.e. where no invariant exists at all); otherwise, with ``data.bootstrap``, the
-maximal invariant labels every state exactly in place of the Monte-Carlo bootstrap. The verdict is
-still the verifier's alone.
+maximal invariant labels every state exactly in place of the Monte-Carlo bootstrap. On any other
+system each attempt first spends ``data.witness_rollouts`` rollouts looking for an unsafe
+trajectory with weights in the box (:func:`~safecert.bnn.witness.find_witness`); one that replays
+shows that no invariant exists at this ε, and the attempt ends at once (UNKNOWN, the trajectory as
+the reason). The verdict is still the verifier's alone.
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ from safecert.bnn.cegis import (
 )
 from safecert.bnn.config import BnnConfig
 from safecert.bnn.dynamics import System
-from safecert.bnn.finite import FiniteAnalysis, analyse_finite, is_finite
+from safecert.bnn.finite import analyse_finite, is_finite
 from safecert.bnn.learner import Learner, TrainingData, bootstrap_labels
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox, parse_epsilon
 from safecert.bnn.verifier import DEFAULT_MARGIN, Verifier
+from safecert.bnn.witness import find_witness
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
@@ -92,8 +96,34 @@ class BnnProblem:
         if finite is not None and not finite.initial_inside:
             log.info("ε = %s: %s", epsilon, finite.describe())
             return _settled(
-                finite, warm, self._learner(), seed_seq, now() - t0, time.perf_counter() - wall0
+                finite.describe(),
+                TrainingData(finite.states, finite.labels()),
+                warm,
+                self._learner(),
+                seed_seq,
+                now() - t0,
+                time.perf_counter() - wall0,
             )
+        if finite is None and cfg.data.witness_rollouts > 0:
+            witness = find_witness(
+                self.bench,
+                box,
+                np.random.default_rng(seed_seq.spawn(1)[0]),
+                evals=cfg.data.witness_rollouts,
+                horizon=cfg.data.witness_horizon,
+            )
+            if witness is not None:
+                log.info("ε = %s: %s", epsilon, witness.describe())
+                empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
+                return _settled(
+                    witness.describe(),
+                    empty,
+                    warm,
+                    self._learner(),
+                    seed_seq,
+                    now() - t0,
+                    time.perf_counter() - wall0,
+                )
         if finite is not None and warm is None and cfg.data.bootstrap:
             # the exact labels replace the Monte-Carlo bootstrap: label 0 is right (the state is
             # in no certifiable invariant), label 1 (the maximal invariant) is one valid choice
@@ -146,7 +176,10 @@ class BnnProblem:
             if cfg.data.falsifier_samples > 0
             else None
         )
-        spent, spent_wall = now() - t0, time.perf_counter() - wall0  # the finite analysis, if any
+        spent, spent_wall = (
+            now() - t0,
+            time.perf_counter() - wall0,
+        )  # the analysis or search, if any
         settings = CegisSettings(
             max_iterations=cfg.limits.max_iterations,
             time_limit_s=min(cfg.limits.per_epsilon_s, time_limit_s or np.inf) - spent,
@@ -166,7 +199,7 @@ class BnnProblem:
             falsifier=falsifier,
             progress=self.progress,
         )
-        if finite is not None:  # the analysis is verification work of this attempt
+        if spent > 0:  # the finite analysis or the witness search: verification work
             result.runtimes_s["verifier_s"] += spent
             result.runtimes_s["total_s"] += spent
             result.runtimes_s["wall_s"] += spent_wall
@@ -179,22 +212,24 @@ class BnnProblem:
 
 
 def _settled(
-    finite: FiniteAnalysis,
+    reason: str,
+    data: TrainingData,
     warm: Warm,
     learner: Learner,
     seed_seq: np.random.SeedSequence,
     spent_s: float,
     wall_s: float,
 ) -> CegisResult:
-    """The attempt at an ε where X0 is not inside the maximal invariant: no certificate is
-    possible, so no CEGIS is run; UNKNOWN (nothing is certified) with the analysis as the reason.
-    The recorded candidate is the warm start's (or an untrained network)."""
+    """The attempt at an ε where no certificate is possible (X0 is not inside the maximal
+    invariant of a finite system, or an unsafe trajectory with weights in the box replayed): no
+    CEGIS is run; UNKNOWN (nothing is certified) with ``reason``. The recorded candidate and data
+    are the warm start's, else an untrained network and ``data``."""
     g = warm[0] if warm is not None else learner.new_network(int(seed_seq.generate_state(1)[0]))
-    data = warm[1].copy() if warm is not None else TrainingData(finite.states, finite.labels())
+    data = warm[1].copy() if warm is not None else data
     times = {"learner_s": 0.0, "verifier_s": spent_s, "falsifier_s": 0.0}
     return CegisResult(
         "UNKNOWN",
-        finite.describe(),
+        reason,
         g,
         None,
         data,

@@ -1,0 +1,91 @@
+"""Unsafe-trajectory witnesses (safecert.bnn.witness): found where no invariant exists, never where
+the verifier proves one, refused by the replay when anything is off, and ending an ε attempt at
+once. The hand-written second replay of the pend_all witness is in test_no_invariant_witness.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.networks import forward
+from safecert.bnn.sampling import batched_forward, sample_box_weights
+from safecert.bnn.search import BnnProblem
+from safecert.bnn.spec import Epsilon, parse_epsilon
+from safecert.bnn.system import build_system
+from safecert.bnn.witness import corner_networks, find_witness, replay_witness
+
+
+def _pend_all(sigma: float):
+    cfg = benchmark_config("pend_all", limits={"clock": "cpu", "per_epsilon_s": 30})
+    mean, _ = load_policy_network(cfg, None)
+    spec = bayesian_spec(cfg, mean)
+    bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
+    return bench, spec.box(mean, Epsilon(sigma, True)), BnnProblem(bench, mean, spec, cfg)
+
+
+def test_found_at_one_and_a_half_sigma_and_every_check_of_the_replay_bites():
+    bench, box, _ = _pend_all(1.5)
+    w = find_witness(bench, box, np.random.default_rng(0), evals=40_000, horizon=12)
+    assert w is not None and not w.leaves_box
+    assert bool(bench.in_initial(w.path[0])) and bool(bench.in_unsafe(w.path[-1]))
+    assert all(box.contains(list(step)) for step in w.weights)
+    weights = [list(step) for step in w.weights]
+    again = replay_witness(bench, box, w.path[0], weights)
+    assert again is not None and np.array_equal(again.path[-1], w.path[-1])
+    # a weight one ulp outside the box, a start outside X0, a trajectory cut short: refused
+    (k, (wk, bk)) = next((k, layer) for k, layer in enumerate(weights[0]) if box.is_bayesian(k))
+    bad = [list(step) for step in weights]
+    over = wk.copy()
+    over.flat[0] = np.nextafter(box.upper[k][0].flat[0], np.inf)
+    bad[0][k] = (over, bk)
+    assert replay_witness(bench, box, w.path[0], bad) is None
+    outside_x0 = np.array(w.path[0])
+    outside_x0[1] = 0.2 + 1e-9  # θ̇ just above X0's 0.2
+    assert not bench.in_initial(outside_x0)
+    assert replay_witness(bench, box, outside_x0, weights) is None
+    assert replay_witness(bench, box, w.path[0], weights[:-1]) is None
+    assert w.describe().startswith("no positive invariant exists")
+
+
+def test_none_found_where_the_verifier_proves_an_invariant():
+    """pend_all at 1σ is certified SAFE (Table 1): a witness there would contradict the proof."""
+    bench, box, _ = _pend_all(1.0)
+    assert find_witness(bench, box, np.random.default_rng(0), evals=40_000, horizon=12) is None
+
+
+def test_corner_networks_bound_every_action_the_box_allows():
+    """pend_all's Bayesian layers see only non-negative inputs: the two corners are the least and
+    the greatest action at every state (checked against box draws at random states)."""
+    bench, box, _ = _pend_all(1.5)
+    lo, hi = corner_networks(box)
+    assert box.contains(lo) and box.contains(hi)
+    rng = np.random.default_rng(1)
+    x = bench.box.sample(rng, 64)
+    a_lo, a_hi = forward(lo, x)[:, 0], forward(hi, x)[:, 0]
+    for _ in range(20):
+        draws = sample_box_weights(box, rng, len(x))
+        a = batched_forward(draws, x)[:, 0]
+        assert np.all(a >= a_lo - 1e-12) and np.all(a <= a_hi + 1e-12)
+
+
+def test_an_attempt_ends_at_once_on_a_witness_and_the_search_is_deterministic():
+    _, _, problem = _pend_all(1.5)
+    res = problem.run(parse_epsilon("1.5sigma"))
+    assert res.verdict == "UNKNOWN" and res.reason.startswith("no positive invariant exists")
+    assert res.verifier_calls == 0 and res.iterations == 0 and res.proof is None
+    assert res.runtimes_s["total_s"] == res.runtimes_s["verifier_s"] > 0
+    assert problem.run(parse_epsilon("1.5sigma")).reason == res.reason
+
+
+@pytest.mark.parametrize("rollouts", [0])
+def test_zero_rollouts_turn_the_search_off(rollouts):
+    cfg = benchmark_config(
+        "pend_all",
+        limits={"clock": "cpu", "per_epsilon_s": 2, "max_iterations": 1},
+        data={"witness_rollouts": rollouts},
+    )
+    mean, _ = load_policy_network(cfg, None)
+    bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
+    res = BnnProblem(bench, mean, bayesian_spec(cfg, mean), cfg).run(parse_epsilon("1.5sigma"))
+    assert not res.reason.startswith("no positive invariant exists")

@@ -36,6 +36,7 @@ def _row(eps: Epsilon, verdict: str) -> SearchRow:
         reason="r",
         iterations=1,
         runtime_s=0.0,
+        witness=None,
     )
 
 

@@ -165,8 +165,11 @@ def _problem(**limits) -> BnnProblem:
 
 def test_attempt_ends_at_once_where_no_invariant_exists() -> None:
     res = _problem().run(parse_epsilon("1.5sigma"))
-    assert res.verdict == "UNKNOWN" and res.reason == _analysis("car", "1.5sigma")[1].describe()
+    assert res.verdict == "UNKNOWN" and res.witness is not None
+    assert res.reason == res.witness.describe()  # the analysis's trajectory, replayed once more
     assert res.reason.startswith("no positive invariant exists")
+    path = _analysis("car", "1.5sigma")[1].witness
+    assert path is not None and np.array_equal(res.witness.path[0], path[0].x)
     assert res.verifier_calls == 0 and res.iterations == 0 and res.proof is None
     assert res.runtimes_s["total_s"] == res.runtimes_s["verifier_s"] > 0
 

@@ -236,3 +236,81 @@ def test_malformed_certificate_is_one_line_and_exit_2(safe_cert, edit, field):
     lines = res.stderr.strip().splitlines()
     assert res.code == 2, res.stdout + res.stderr
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in res.stderr
+
+
+# ---- a run ended by a witness: the trajectory is replayed, never trusted ------------------------
+@pytest.fixture(scope="module")
+def witness_run(tmp_path_factory) -> Path:
+    """certificate.json of a real ``--benchmark pend_all --epsilon 1.5sigma`` run: the witness
+    search ends the attempt (UNKNOWN) with a replayed trajectory into X_u."""
+    out = tmp_path_factory.mktemp("bnn_witness") / "out"
+    result = run_cli(
+        "bnn", "verify", "--benchmark", "pend_all", "--epsilon", "1.5sigma", "--out", str(out)
+    )
+    assert result.code == 1, result.stderr
+    return out / "certificate.json"
+
+
+def _first_bayesian_weight(delta: float) -> Edit:
+    def edit(data: dict[str, Any], _: Path) -> None:
+        data["result"]["search"][0]["witness"]["weights"][0][1]["W"][0][0] += delta
+
+    return edit
+
+
+def _start_outside_x0(data: dict[str, Any], _: Path) -> None:
+    data["result"]["search"][0]["witness"]["x0"][1] = 0.2 + 1e-9  # X0 has θ̇ ≤ 0.2
+
+
+def _truncated(data: dict[str, Any], _: Path) -> None:
+    data["result"]["search"][0]["witness"]["weights"].pop()
+
+
+def _layer_dropped(data: dict[str, Any], _: Path) -> None:
+    data["result"]["search"][0]["witness"]["weights"][2].pop()
+
+
+def _witness_dropped(data: dict[str, Any], _: Path) -> None:
+    data["result"]["search"][0]["witness"] = None
+
+
+def _reason_edited(data: dict[str, Any], _: Path) -> None:
+    r = data["result"]
+    r["search"][0]["reason"] = r["reason"] = r["reason"].replace("in 7 steps", "in 3 steps")
+
+
+def test_witness_run_verifies(witness_run, tmp_path, capsys):
+    cert = _copy(witness_run, tmp_path, "witness")
+    data = json.loads(cert.read_text())
+    row = data["result"]["search"][0]
+    assert row["reason"].startswith("no positive invariant exists") and row["witness"] is not None
+    assert len(row["witness"]["weights"]) == 7 and "in 7 steps" in row["reason"]
+    code, failed, err = _verify(cert, capsys)
+    assert code == 0 and not failed, (failed, err)
+
+
+@pytest.mark.parametrize(
+    "edit,expect",
+    [
+        (_first_bayesian_weight(1.0), {"search[0].witness"}),  # far outside the 1.5σ box
+        (_start_outside_x0, {"search[0].witness"}),
+        (_truncated, {"search[0].witness"}),
+        (_layer_dropped, {"search[0].witness"}),
+        (_witness_dropped, {"search[0].witness"}),
+        (_reason_edited, {"search[0].witness (reason)"}),
+    ],
+    ids=[
+        "weight outside the box",
+        "start outside X0",
+        "cut short",
+        "a layer missing",
+        "dropped",
+        "reason edited",
+    ],
+)
+def test_forged_witness_fails(witness_run, tmp_path, capsys, edit, expect):
+    cert = _copy(witness_run, tmp_path, "forged")
+    _edit(cert, edit)
+    code, failed, err = _verify(cert, capsys)
+    assert code == 1, err
+    assert expect <= failed, failed

@@ -35,6 +35,7 @@ from safecert.bnn.verifier import Counterexample, Proof, Unknown
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
+    from safecert.bnn.witness import Witness
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,8 @@ class CegisResult:
     incumbent_counterexamples: int = 0
     spurious: int = 0
     runtimes_s: dict[str, float] = field(default_factory=dict)
+    #: a replayed trajectory showing that no invariant exists at this ε (the attempt ran no CEGIS)
+    witness: Witness | None = None
 
     @property
     def network(self) -> ReluNetwork:

@@ -47,11 +47,13 @@ from safecert.bnn.result import (
     Runtimes,
     SearchRow,
     StateTransition,
+    WitnessRecord,
 )
 from safecert.bnn.search import Attempt, BnnProblem, SearchResult, search_epsilon, search_plan
 from safecert.bnn.spec import BayesianSpec, Epsilon
 from safecert.bnn.system import build_system
 from safecert.bnn.verifier import Counterexample, Proof, Unknown
+from safecert.bnn.witness import Witness
 from safecert.certificate import BnnCertificate, make_certificate, write_certificate
 from safecert.document import FileDigest, Inputs, durable_write, file_digest
 
@@ -115,6 +117,18 @@ def search_row(attempt: Attempt) -> SearchRow:
         reason=res.reason,
         iterations=res.iterations,
         runtime_s=float(res.runtimes_s["total_s"]),
+        witness=None if res.witness is None else witness_record(res.witness),
+    )
+
+
+def witness_record(witness: Witness) -> WitnessRecord:
+    """The certificate's form of a replayed witness: its start and the weights of each step."""
+    return WitnessRecord(
+        x0=[float(v) for v in witness.path[0]],
+        weights=[
+            [LayerRecord(W=np.asarray(w).tolist(), b=np.asarray(b).tolist()) for w, b in step]
+            for step in witness.weights
+        ],
     )
 
 

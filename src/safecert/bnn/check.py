@@ -28,6 +28,11 @@ is one failing check showing both values:
   recomputed: SAFE only when a row says SAFE and the proof re-runs.
 * **UNKNOWN** claims nothing: inputs, plan, ε, acceptance probability and the verdict (no SAFE
   row) are checked; the checks of a run cut short cannot be re-derived.
+* **witnesses** — a row ended by a trajectory showing that no invariant exists holds it (start and
+  per-step weights); it is replayed in float64 under that row's weight box
+  (:func:`~safecert.bnn.witness.replay_witness`: start in X0, every weight in the box, X_u or out
+  of B at the end) and the row's reason must be the replay's own description; a row whose reason
+  says no invariant exists without a trajectory fails.
 
 Descriptive only (history of the run, not re-derivable without re-running CEGIS): counterexamples,
 verifier calls, sampled violations, spurious witnesses, runtimes. A malformed ``parameters`` or
@@ -53,6 +58,7 @@ from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.system import build_system
 from safecert.bnn.verifier import DEFAULT_MARGIN, Proof
+from safecert.bnn.witness import NO_INVARIANT, replay_witness
 from safecert.certificate import (
     BnnCertificate,
     Certificate,
@@ -109,6 +115,7 @@ def check(
     )
     report.equal("reason", row.reason if row is not None else NO_ATTEMPT, r.reason)
     report.equal("iterations", row.iterations if row is not None else 0, r.iterations)
+    check_witnesses(r.search, bench, mean, spec, report)
     g = invariant_of(r, cfg, bench, report)
 
     proved = False
@@ -263,6 +270,48 @@ def replay_search(
     if expected:
         return expected[-1], rows[len(expected) - 1], False
     return plan.ladder[0], None, False
+
+
+def check_witnesses(
+    rows: list[SearchRow],
+    bench: System,
+    mean: ReluNetwork,
+    spec: BayesianSpec,
+    report: VerificationReport,
+) -> None:
+    """Every row that holds a witness: replayed in float64 under that row's weight box
+    (:func:`~safecert.bnn.witness.replay_witness`: start in X0, every weight in the box, X_u or
+    out of B at the end), the row UNKNOWN, its reason the replay's own description. A row whose
+    reason says that no invariant exists must hold a witness."""
+    for i, row in enumerate(rows):
+        name = f"search[{i}].witness"
+        if row.witness is None:
+            if row.reason.startswith(NO_INVARIANT):
+                report.add(
+                    name, False, "the reason says no invariant exists; no trajectory shows it"
+                )
+            continue
+        box = spec.box(mean, Epsilon(row.epsilon, row.unit == "sigma"))
+        steps = [[(np.array(r.W), np.array(r.b)) for r in step] for step in row.witness.weights]
+        shapes = [(w.shape, b.shape) for w, b in box.lower]
+        wrong = next(
+            (t for t, step in enumerate(steps) if [(w.shape, b.shape) for w, b in step] != shapes),
+            None,
+        )
+        if wrong is not None or len(row.witness.x0) != bench.state_dim:
+            where = f"step {wrong}'s layers" if wrong is not None else "x0"
+            report.add(name, False, f"does not replay: {where} do not fit the policy and system")
+            continue
+        witness = replay_witness(bench, box, np.array(row.witness.x0), steps)
+        if witness is None:
+            report.add(
+                name,
+                False,
+                "does not replay: not from X0 into X_u (or out of B) with every weight in the box",
+            )
+            continue
+        report.equal(f"{name} (reason)", witness.describe(), row.reason)
+        report.equal(f"search[{i}].verdict", "UNKNOWN", row.verdict)
 
 
 def _unit(eps: Epsilon) -> str:

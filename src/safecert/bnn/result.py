@@ -15,7 +15,8 @@ Layout::
     invariant    {hidden, layers: [{W, b}, …]} | null          (Inv = {x ∈ B : g(x) ≥ 0})
     iterations, verifier_calls, sampled_violations, spurious_witnesses, counterexamples [{…}]
     runtimes_s   {learner_s, verifier_s, falsifier_s, total_s, wall_s, search_s} | null
-    search       [{epsilon, unit, verdict, reason, iterations, runtime_s}, …]  (every ε tried)
+    search       [{epsilon, unit, verdict, reason, iterations, runtime_s,
+                   witness: {x0, weights: [[{W, b}, …] per step]} | null}, …]  (every ε tried)
 
 What ``safecert verify`` re-derives from ``parameters`` and the evidence and what is descriptive
 only is listed in :mod:`safecert.bnn.check`. This module imports nothing but pydantic, so that
@@ -104,10 +105,19 @@ class Runtimes(StrictModel):
     search_s: float
 
 
+class WitnessRecord(StrictModel):
+    """A trajectory showing that no invariant exists at a row's ε: the start (in X0) and the
+    weights of each step (each inside that ε's box). ``safecert verify`` replays it in float64 and
+    re-derives the row's reason from the replay."""
+
+    x0: list[float]
+    weights: list[list[LayerRecord]]
+
+
 class SearchRow(StrictModel):
     """One ε tried, in order, with what Alg. 1 said. ``safecert verify`` replays the search's ε
-    sequence from the verdicts and checks these ε values against it; ``runtime_s`` is
-    descriptive."""
+    sequence from the verdicts and checks these ε values against it, and replays ``witness`` where
+    a row holds one; ``runtime_s`` is descriptive."""
 
     epsilon: float
     unit: Unit
@@ -115,6 +125,7 @@ class SearchRow(StrictModel):
     reason: str
     iterations: int
     runtime_s: float
+    witness: WitnessRecord | None
 
 
 class BnnResult(StrictModel):

@@ -47,7 +47,7 @@ from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox, parse_epsilon
 from safecert.bnn.verifier import DEFAULT_MARGIN, Verifier
-from safecert.bnn.witness import find_witness
+from safecert.bnn.witness import Witness, find_witness, replay_witness
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
@@ -94,9 +94,17 @@ class BnnProblem:
         t0, wall0 = now(), time.perf_counter()
         finite = analyse_finite(self.bench, box) if is_finite(self.bench) else None
         if finite is not None and not finite.initial_inside:
-            log.info("ε = %s: %s", epsilon, finite.describe())
+            path = finite.witness
+            witness = (
+                None
+                if path is None
+                else replay_witness(self.bench, box, path[0].x, [t.weights for t in path])
+            )
+            reason = witness.describe() if witness is not None else finite.describe()
+            log.info("ε = %s: %s", epsilon, reason)
             return _settled(
-                finite.describe(),
+                reason,
+                witness,
                 TrainingData(finite.states, finite.labels()),
                 warm,
                 self._learner(),
@@ -117,6 +125,7 @@ class BnnProblem:
                 empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
                 return _settled(
                     witness.describe(),
+                    witness,
                     empty,
                     warm,
                     self._learner(),
@@ -213,6 +222,7 @@ class BnnProblem:
 
 def _settled(
     reason: str,
+    witness: Witness | None,
     data: TrainingData,
     warm: Warm,
     learner: Learner,
@@ -222,8 +232,9 @@ def _settled(
 ) -> CegisResult:
     """The attempt at an ε where no certificate is possible (X0 is not inside the maximal
     invariant of a finite system, or an unsafe trajectory with weights in the box replayed): no
-    CEGIS is run; UNKNOWN (nothing is certified) with ``reason``. The recorded candidate and data
-    are the warm start's, else an untrained network and ``data``."""
+    CEGIS is run; UNKNOWN (nothing is certified) with ``reason`` and the replayed ``witness``
+    where there is one. The recorded candidate and data are the warm start's, else an untrained
+    network and ``data``."""
     g = warm[0] if warm is not None else learner.new_network(int(seed_seq.generate_state(1)[0]))
     data = warm[1].copy() if warm is not None else data
     times = {"learner_s": 0.0, "verifier_s": spent_s, "falsifier_s": 0.0}
@@ -234,6 +245,7 @@ def _settled(
         None,
         data,
         runtimes_s={**times, "total_s": spent_s, "wall_s": wall_s},
+        witness=witness,
     )
 
 

@@ -32,6 +32,9 @@ from safecert.bnn.networks import Layer, forward
 from safecert.bnn.sampling import BatchedLayers, batched_forward
 from safecert.bnn.spec import WeightBox
 
+#: how the reason of an attempt ended by a witness begins
+NO_INVARIANT = "no positive invariant exists"
+
 
 @dataclass(frozen=True)
 class Witness:
@@ -46,7 +49,7 @@ class Witness:
         end = "leaves the box" if self.leaves_box else "reaches X_u"
         states = " → ".join("(" + ", ".join(f"{v:.4g}" for v in x) + ")" for x in self.path)
         return (
-            f"no positive invariant exists: {states} {end} in {len(self.weights)} steps with "
+            f"{NO_INVARIANT}: {states} {end} in {len(self.weights)} steps with "
             "weights in the box at every step (replayed in float64)"
         )
 

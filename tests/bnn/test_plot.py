@@ -36,3 +36,25 @@ def test_only_two_dimensional_continuous_systems_are_plotted(tmp_path):
     assert can_plot(get_benchmark("lds")) and not can_plot(car)
     with pytest.raises(ValueError, match="2-D"):
         plot_invariant(tmp_path / "x.png", car, load_policy("car"), _disk_like(1.0))
+
+
+def test_an_unsafe_trajectory_is_drawn(tmp_path):
+    import matplotlib.image as mpimg
+
+    bench = get_benchmark("pend")
+    path_xy = [np.array([-0.5, 0.2]), np.array([-0.3, 1.0]), np.array([-0.1, 2.1])]
+    args = (bench, load_policy("pend"), _disk_like(0.8))
+    plain = mpimg.imread(plot_invariant(tmp_path / "plain.png", *args))[..., :3]
+    drawn = mpimg.imread(plot_invariant(tmp_path / "path.png", *args, trajectory=path_xy))[..., :3]
+    purple = np.array([0x7B, 0x2C, 0xBF]) / 255
+    near = lambda img: np.all(np.abs(img - purple) < 0.1, axis=-1).sum()  # noqa: E731
+    assert near(plain) == 0 and near(drawn) > 30
+
+
+def test_no_candidate_no_invariant_drawn(tmp_path):
+    import matplotlib.image as mpimg
+
+    bench = get_benchmark("pend")
+    img = mpimg.imread(plot_invariant(tmp_path / "n.png", bench, load_policy("pend"), None))
+    green = np.all(np.abs(img[..., :3] - np.array([0x9F, 0xD8, 0x9F]) / 255) < 0.08, axis=-1)
+    assert green.sum() == 0

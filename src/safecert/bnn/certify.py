@@ -302,12 +302,15 @@ def certify_run(
     plot = None
     if shown is not None and can_plot(problem.bench):
         res = shown.result
+        ended = next((a for a in found.attempts if a.result.witness is not None), None)
         plot = plot_invariant(
             out / PLOT_FILE,
             problem.bench,
             mean,
-            res.network,
+            None if res.witness is not None else res.network,  # no CEGIS ran: no candidate
             [(c.x, c.x_next) for c in res.counterexamples],
+            trajectory=ended.result.witness.path if ended and ended.result.witness else (),
+            trajectory_label=f"unsafe at ε = {ended.epsilon}: no invariant" if ended else "",
             title=f"{problem.bench.name} at ε = {shown.epsilon}: {res.verdict}",
         )
     else:

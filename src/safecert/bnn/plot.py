@@ -2,9 +2,10 @@
 
 One PNG: the verification box ``B``; filled regions ``g ≥ 0`` (green, ``Inv``) and ``g < 0``
 (orange); the boundary ``g = 0`` (black); the vector field ``f(x, π_μ(x)) − x`` of the mean
-policy (grey arrows); ``X0`` (blue outline); ``X_u ∩ B`` (red hatching); and every counterexample
-the CEGIS loop met (red crosses; for closure, a thin line to its successor). Systems with more
-than two state variables have no such picture (:func:`can_plot`).
+policy (grey arrows); ``X0`` (blue outline); ``X_u ∩ B`` (red hatching); every counterexample
+the CEGIS loop met (red crosses; for closure, a thin line to its successor); and, where the run met
+one, a replayed unsafe trajectory from ``X0`` (purple path: no invariant exists at its ε). Systems
+with more than two state variables have no such picture (:func:`can_plot`).
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ def plot_invariant(
     path: Path,
     bench: System,
     policy: ReluNetwork,
-    g: ReluNetwork,
+    g: ReluNetwork | None,
     counterexamples: Sequence[tuple[np.ndarray, np.ndarray | None]] = (),
     *,
+    trajectory: Sequence[np.ndarray] = (),
+    trajectory_label: str = "unsafe trajectory",
     title: str = "",
     grid: int = 300,
 ) -> Path:
     """Write the picture to ``path`` (PNG) and return it; ``counterexamples`` are ``(x, x')``
-    pairs (``x'`` None for initial/unsafe witnesses). Raises ``ValueError`` for non-2-D systems."""
+    pairs (``x'`` None for initial/unsafe witnesses); ``trajectory`` the states of a replayed
+    unsafe trajectory (drawn when given); ``g`` None draws no invariant (an attempt that ended on
+    such a trajectory trained none). Raises ``ValueError`` for non-2-D systems."""
     if not can_plot(bench):
         raise ValueError(f"{bench.name} is not a 2-D continuous system")
     import matplotlib
@@ -49,12 +54,14 @@ def plot_invariant(
     ys = np.linspace(lo[1], hi[1], grid)
     xx, yy = np.meshgrid(xs, ys)
     pts = np.stack([xx.ravel(), yy.ravel()], axis=1)
-    gz = g.forward(pts)[:, 0].reshape(xx.shape)
     unsafe = bench.in_unsafe(pts).reshape(xx.shape)
 
     fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
-    ax.contourf(xx, yy, gz, levels=[-np.inf, 0.0, np.inf], colors=["#f6c28b", "#9fd89f"], alpha=0.8)
-    ax.contour(xx, yy, gz, levels=[0.0], colors="black", linewidths=1.5)
+    if g is not None:
+        gz = g.forward(pts)[:, 0].reshape(xx.shape)
+        green_orange = ["#f6c28b", "#9fd89f"]
+        ax.contourf(xx, yy, gz, levels=[-np.inf, 0.0, np.inf], colors=green_orange, alpha=0.8)
+        ax.contour(xx, yy, gz, levels=[0.0], colors="black", linewidths=1.5)
     ax.contourf(xx, yy, unsafe.astype(float), levels=[0.5, 1.5], colors="none", hatches=["///"])
     ax.contour(xx, yy, unsafe.astype(float), levels=[0.5], colors="#c0392b", linewidths=1.0)
 
@@ -89,6 +96,17 @@ def plot_invariant(
         )
         if x_next is not None:
             ax.plot([x[0], x_next[0]], [x[1], x_next[1]], "-", color="#d00000", linewidth=0.6)
+    if len(trajectory):
+        path_xy = np.asarray(trajectory, dtype=float)
+        ax.plot(
+            path_xy[:, 0],
+            path_xy[:, 1],
+            "o-",
+            color="#7b2cbf",
+            linewidth=1.6,
+            markersize=3.5,
+            label=trajectory_label,
+        )
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
     names = bench.dynamics.state

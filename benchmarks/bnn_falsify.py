@@ -282,7 +282,7 @@ def replay(s: Setup, traj: Trajectory) -> dict:
 
 
 def optimise(
-    s: Setup, lo: list[Layer], hi: list[Layer], horizon: int, rng: np.random.Generator, evals: int
+    s: Setup, horizon: int, rng: np.random.Generator, evals: int
 ) -> tuple[Trajectory | None, int, float]:
     """Derivative-free optimisation over the start ``x_0`` (in X0's bounding box, first piece) and
     one action-interval position ``λ_t ∈ [0, 1]`` per step (weights ``(1 − λ_t) W_lo + λ_t W_hi``):
@@ -290,24 +290,19 @@ def optimise(
     trajectory cut at its first failing state if the best point fails (else None), the number of
     rollouts evaluated and the best ``max_t d0(x_t)`` (``< 0``: how far the best rollout stayed
     inside the safe box, in units of the box's half-widths)."""
-    d = len(s.bench.initial.pieces[0].box.lo)
 
     def score(x: np.ndarray) -> np.ndarray:
         return np.where(failed(s, x), np.maximum(danger0(s, x), 0.0), danger0(s, x))
 
     res = search_segment(s.bench, s.box, rng, evals=evals, horizon=horizon, score=score)
-    z, rollouts = np.concatenate([res.x0, res.lambdas]), res.rollouts
-    if not bool(s.bench.in_initial(z[:d])):
-        return None, rollouts, res.best
-    x = z[:d].copy()
-    weights = []
-    for t in range(horizon):
-        w = mix(lo, hi, float(z[d + t]), s.box)
-        weights.append(w)
+    if not bool(s.bench.in_initial(res.x0)):
+        return None, res.rollouts, res.best
+    x = res.x0.copy()
+    for t, w in enumerate(res.weights):
         x = s.bench.step(x, forward(w, x))
         if bool(failed(s, x[None])[0]):
-            return Trajectory(z[:d], weights), rollouts, res.best
-    return None, rollouts, res.best
+            return Trajectory(res.x0, res.weights[: t + 1]), res.rollouts, res.best
+    return None, res.rollouts, res.best
 
 
 def x0_starts(s: Setup, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -368,7 +363,7 @@ def run(
         best = -np.inf
         for _ in range(max(1, starts // 100)):
             tried += 1
-            traj, n, v = optimise(s, lo, hi, opt_horizon, rng, evals)
+            traj, n, v = optimise(s, opt_horizon, rng, evals)
             rollouts += n
             best = max(best, v)
             if traj is not None:

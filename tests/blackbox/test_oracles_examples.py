@@ -10,6 +10,7 @@ import pytest
 
 from safecert.blackbox.config import load_run_config
 from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
+from safecert.blackbox.plan import oracle_spec
 from safecert.envs import make_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -28,14 +29,7 @@ CONFIGS = [
 
 
 def oracle_for(config, base):
-    spec = parse_oracle_spec(
-        config.policy,
-        base_dir=base,
-        headers=config.headers,
-        timeout_s=config.timeout_s,
-        retries=config.retries,
-        batched=config.batched,
-    )
+    spec = oracle_spec(config, base)
     return spec, make_oracle(spec)
 
 

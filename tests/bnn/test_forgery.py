@@ -314,3 +314,15 @@ def test_forged_witness_fails(witness_run, tmp_path, capsys, edit, expect):
     code, failed, err = _verify(cert, capsys)
     assert code == 1, err
     assert expect <= failed, failed
+
+
+def test_ragged_witness_weights_are_one_line_exit_2(witness_run, tmp_path, capsys):
+    cert = _copy(witness_run, tmp_path, "ragged")
+
+    def ragged(data: dict[str, Any], _: Path) -> None:
+        data["result"]["search"][0]["witness"]["weights"][0][1]["W"][0] = [1.0]
+
+    _edit(cert, ragged)
+    code, failed, err = _verify(cert, capsys)
+    assert code == 2 and not failed
+    assert err.count("\n") == 1 and "search[0].witness.weights[0]" in err

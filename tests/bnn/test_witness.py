@@ -5,7 +5,6 @@ once. The hand-written second replay of the pend_all witness is in test_no_invar
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
 from safecert.bnn.networks import forward
@@ -13,7 +12,7 @@ from safecert.bnn.sampling import batched_forward, sample_box_weights
 from safecert.bnn.search import BnnProblem
 from safecert.bnn.spec import Epsilon, parse_epsilon
 from safecert.bnn.system import build_system
-from safecert.bnn.witness import corner_networks, find_witness, replay_witness
+from safecert.bnn.witness import corner_networks, find_witness, replay_witness, search_segment
 
 
 def _pend_all(sigma: float):
@@ -78,14 +77,27 @@ def test_an_attempt_ends_at_once_on_a_witness_and_the_search_is_deterministic():
     assert problem.run(parse_epsilon("1.5sigma")).reason == res.reason
 
 
-@pytest.mark.parametrize("rollouts", [0])
-def test_zero_rollouts_turn_the_search_off(rollouts):
+def test_zero_rollouts_turn_the_search_off():
     cfg = benchmark_config(
         "pend_all",
         limits={"clock": "cpu", "per_epsilon_s": 2, "max_iterations": 1},
-        data={"witness_rollouts": rollouts},
+        data={"witness_rollouts": 0},
     )
     mean, _ = load_policy_network(cfg, None)
     bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
     res = BnnProblem(bench, mean, bayesian_spec(cfg, mean), cfg).run(parse_epsilon("1.5sigma"))
     assert not res.reason.startswith("no positive invariant exists")
+
+
+def test_the_search_stops_when_told():
+    """``stop`` ends the search after the generation in progress (the attempt's time budget):
+    one generation instead of the hundreds 10^6 rollouts would take."""
+    bench, box, _ = _pend_all(1.5)
+    calls = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return True
+
+    found = search_segment(bench, box, np.random.default_rng(0), evals=10**6, horizon=12, stop=stop)
+    assert len(calls) == 1 and found.rollouts == 2 * 15 * 14  # the first population and one more

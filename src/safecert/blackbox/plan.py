@@ -66,9 +66,9 @@ class RunPlan:
         return jobs
 
 
-def plan_run(config_path: Path) -> RunPlan:
-    config, base_dir, _ = load_run_config(config_path)
-    oracle = parse_oracle_spec(
+def oracle_spec(config: RunConfig, base_dir: Path) -> OracleSpec:
+    """The policy's oracle with the config's options (headers, timeout, retries, batching)."""
+    return parse_oracle_spec(
         config.policy,
         base_dir=base_dir,
         headers=config.headers,
@@ -76,6 +76,11 @@ def plan_run(config_path: Path) -> RunPlan:
         retries=config.retries,
         batched=config.batched,
     )
+
+
+def plan_run(config_path: Path) -> RunPlan:
+    config, base_dir, _ = load_run_config(config_path)
+    oracle = oracle_spec(config, base_dir)
     from safecert.blackbox.rollout import make_base_env
 
     env = make_base_env(config, base_dir)

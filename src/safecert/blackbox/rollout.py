@@ -183,7 +183,8 @@ def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
     A row of the wrong type or shape is an :class:`OracleFailure` of kind ``action_shape``. A row
     outside the space is a failure of kind ``action_out_of_space`` under ``"fail"``; under
     ``"clip"`` a Box action is clipped into the box (NaN, and a Discrete action outside the
-    space, have no nearest action and fail under both rules). Applied before any perturbation, in every cell."""
+    space, have no nearest action and fail under both rules). Applied before any perturbation,
+    in every cell."""
     if isinstance(space, spaces.Box):  # the common case first, without re-checking its type
         arr = np.asarray(row, dtype=float)
         if arr.shape != space.shape:

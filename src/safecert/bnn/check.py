@@ -292,7 +292,13 @@ def check_witnesses(
                 )
             continue
         box = spec.box(mean, Epsilon(row.epsilon, row.unit == "sigma"))
-        steps = [[(np.array(r.W), np.array(r.b)) for r in step] for step in row.witness.weights]
+        steps = [
+            ReluNetwork.from_lists(
+                [layer.model_dump() for layer in step],
+                name=f"certificate.result.search[{i}].witness.weights[{t}]",
+            ).layers
+            for t, step in enumerate(row.witness.weights)
+        ]
         shapes = [(w.shape, b.shape) for w, b in box.lower]
         wrong = next(
             (t for t, step in enumerate(steps) if [(w.shape, b.shape) for w, b in step] != shapes),

@@ -112,6 +112,7 @@ class BnnProblem:
                 now() - t0,
                 time.perf_counter() - wall0,
             )
+        limit_s = min(cfg.limits.per_epsilon_s, time_limit_s or np.inf)
         if finite is None and cfg.data.witness_rollouts > 0:
             witness = find_witness(
                 self.bench,
@@ -119,6 +120,7 @@ class BnnProblem:
                 np.random.default_rng(seed_seq.spawn(1)[0]),
                 evals=cfg.data.witness_rollouts,
                 horizon=cfg.data.witness_horizon,
+                stop=lambda: now() - t0 > limit_s,  # never past the attempt's budget
             )
             if witness is not None:
                 log.info("ε = %s: %s", epsilon, witness.describe())
@@ -133,6 +135,8 @@ class BnnProblem:
                     now() - t0,
                     time.perf_counter() - wall0,
                 )
+        # the finite analysis or the witness search: verification work of this attempt
+        checked_s, checked_wall = now() - t0, time.perf_counter() - wall0
         if finite is not None and warm is None and cfg.data.bootstrap:
             # the exact labels replace the Monte-Carlo bootstrap: label 0 is right (the state is
             # in no certifiable invariant), label 1 (the maximal invariant) is one valid choice
@@ -185,13 +189,9 @@ class BnnProblem:
             if cfg.data.falsifier_samples > 0
             else None
         )
-        spent, spent_wall = (
-            now() - t0,
-            time.perf_counter() - wall0,
-        )  # the analysis or search, if any
         settings = CegisSettings(
             max_iterations=cfg.limits.max_iterations,
-            time_limit_s=min(cfg.limits.per_epsilon_s, time_limit_s or np.inf) - spent,
+            time_limit_s=limit_s - (now() - t0),
             seed=int(seed_seq.generate_state(1)[0]),
             retrain=cfg.learner.retrain,
             clock=cfg.limits.clock,
@@ -208,10 +208,9 @@ class BnnProblem:
             falsifier=falsifier,
             progress=self.progress,
         )
-        if spent > 0:  # the finite analysis or the witness search: verification work
-            result.runtimes_s["verifier_s"] += spent
-            result.runtimes_s["total_s"] += spent
-            result.runtimes_s["wall_s"] += spent_wall
+        result.runtimes_s["verifier_s"] += checked_s
+        result.runtimes_s["total_s"] += checked_s
+        result.runtimes_s["wall_s"] += checked_wall
         return result
 
     def _learner(self) -> Learner:

@@ -22,7 +22,7 @@ generator; its cost is set in rollouts (``evals``), not seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +55,7 @@ class Witness:
 
 
 def replay_witness(
-    bench: System, box: WeightBox, x0: np.ndarray, weights: list[list[Layer]]
+    bench: System, box: WeightBox, x0: np.ndarray, weights: Sequence[Sequence[Layer]]
 ) -> Witness | None:
     """The trajectory from ``x0`` under ``weights`` (one network per step), cut at its first state
     in ``X_u`` or outside ``B``, when it is a witness (module docstring); else None."""
@@ -129,11 +129,12 @@ def danger(bench: System, x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SegmentSearch:
-    """The best point of :func:`search_segment`: the start, one ``λ_t`` per step, its score (the
-    largest ``score`` along the rollout) and the rollouts evaluated."""
+    """The best point of :func:`search_segment`: the start, the network of each step (one point
+    ``λ_t`` of the corner segment each), its score (the largest ``score`` along the rollout) and
+    the rollouts evaluated."""
 
     x0: np.ndarray
-    lambdas: np.ndarray
+    weights: list[list[Layer]]
     best: float
     rollouts: int
 
@@ -146,10 +147,12 @@ def search_segment(
     evals: int,
     horizon: int,
     score: Callable[[np.ndarray], np.ndarray] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> SegmentSearch:
     """Differential evolution over the start (X0's first piece's box) and ``λ_1 … λ_horizon`` on
     the corner segment, maximising the largest ``score`` (default :func:`danger`) of the states
-    along the rollout, with about ``evals`` rollouts. Deterministic given ``rng``."""
+    along the rollout, with about ``evals`` rollouts. Deterministic given ``rng``, unless
+    ``stop()`` (asked after every generation: a time budget) ends it early."""
     from scipy.optimize import differential_evolution
 
     score = score if score is not None else (lambda x: danger(bench, x))
@@ -177,22 +180,27 @@ def search_segment(
         popsize=popsize,
         tol=0,
         polish=False,
+        callback=None if stop is None else (lambda *_args, **_kwargs: stop()),
     )
     rollouts = int(res.nfev) * popsize * len(bounds)  # vectorised: nfev counts population calls
-    return SegmentSearch(np.asarray(res.x[:d]), np.asarray(res.x[d:]), -float(res.fun), rollouts)
+    steps = segment_networks(box, lo, hi, np.asarray(res.x[d:]))
+    weights = [[(w[t], b[t]) for w, b in steps] for t in range(horizon)]
+    return SegmentSearch(np.asarray(res.x[:d]), weights, -float(res.fun), rollouts)
 
 
 def find_witness(
-    bench: System, box: WeightBox, rng: np.random.Generator, *, evals: int, horizon: int
+    bench: System,
+    box: WeightBox,
+    rng: np.random.Generator,
+    *,
+    evals: int,
+    horizon: int,
+    stop: Callable[[], bool] | None = None,
 ) -> Witness | None:
     """Search for a :class:`Witness` of at most ``horizon`` steps with about ``evals`` rollouts
-    (:func:`search_segment`); the best point is checked by :func:`replay_witness`."""
+    (:func:`search_segment`, ended early by ``stop``); the best point is checked by
+    :func:`replay_witness`."""
     if bench.integer or evals <= 0 or horizon <= 0:
         return None
-    found = search_segment(bench, box, rng, evals=evals, horizon=horizon)
-    lo, hi = corner_networks(box)
-    weights = [
-        [(w[0], b[0]) for w, b in segment_networks(box, lo, hi, found.lambdas[t : t + 1])]
-        for t in range(horizon)
-    ]
-    return replay_witness(bench, box, found.x0, weights)
+    found = search_segment(bench, box, rng, evals=evals, horizon=horizon, stop=stop)
+    return replay_witness(bench, box, found.x0, found.weights)

@@ -9,8 +9,9 @@ Checks, each reported separately (a failing one names both values):
 2. **evidence** — the store's canonical rows digest equals ``inputs.evidence``; every record's seed
    is the one derived from ``parameters.seed``; the cells in the store are exactly the family's
    (rebuilt from ``parameters.envelope``: no dropped, no extra cell) and each holds exactly
-   episodes ``0 … N-1`` (sequential: a subset of ``0 … cap-1``); declared and space observation
-   ranges are recomputed from the config and the environment;
+   episodes ``0 … N-1`` (sequential: N is where the sequential schedule, replayed on the stored
+   outcomes, stops: :func:`~safecert.blackbox.sequential.scheduled_episodes`); declared and space
+   observation ranges are recomputed from the config and the environment;
 3. **judgement** — the whole result (family size, δ', every count, bound, decision, KPI, ODD
    entry; sequential stopping decisions) is rebuilt by the same builder certify used and compared
    field by field, with the verdict; independently, each fixed-N Clopper–Pearson bound is recomputed
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -167,11 +170,13 @@ def _check_coverage(
     records: list[EpisodeRecord],
     report: VerificationReport,
 ) -> bool:
-    """The store holds the family's cells and nothing else, each with its seeded episodes."""
-    by_cell: dict[int, list[int]] = {}
+    """The store holds the family's cells and nothing else, each with its seeded episodes
+    ``0 … N-1``, no gap, no duplicate: fixed N = ``parameters.episodes``; sequential N = where
+    the sequential schedule, replayed over the cell's stored outcomes, stops."""
+    by_cell: dict[int, list[EpisodeRecord]] = {}
     bad_seeds = []
     for r in records:
-        by_cell.setdefault(r.cell, []).append(r.index)
+        by_cell.setdefault(r.cell, []).append(r)
         if r.seed != episode_seed(config.seed, r.cell, r.index):
             bad_seeds.append(f"{r.cell}:{r.index}")
     report.add(
@@ -180,17 +185,54 @@ def _check_coverage(
         f"{len(bad_seeds)} differ, e.g. {', '.join(bad_seeds[:3])}" if bad_seeds else "",
     )
     ok = report.equal("cells in the store = the family", sorted(by_cell), list(range(family.size)))
-    sequential = isinstance(cert, SequentialCertificate)
-    for cell, indices in sorted(by_cell.items()):
-        if sequential:
-            good = all(0 <= i < config.episodes for i in indices) and bool(indices)
-            detail = f"{len(indices)} episodes within 0…{config.episodes - 1}"
-        else:
-            good = indices == list(range(config.episodes))
-            detail = f"{len(indices)} episodes, expected exactly 0…{config.episodes - 1}"
+    expected = _expected_episodes(cert, config, family)
+    for cell, cell_records in sorted(by_cell.items()):
+        good, detail = _cell_complete(cell_records, expected)
         report.add(f"cell {cell} episodes", good, detail)
         ok = ok and good
     return ok and not bad_seeds
+
+
+ExpectedEpisodes = Callable[[list[EpisodeRecord]], tuple[int, str]]
+
+
+def _expected_episodes(cert: Certificate, config: RunConfig, family: Family) -> ExpectedEpisodes:
+    """How many episodes a complete cell holds, from its records: fixed N, or where the sequential
+    schedule, replayed over the cell's outcomes, stops (no row missing before the stop, only the
+    round's overshoot after it)."""
+    if not isinstance(cert, SequentialCertificate):
+        return lambda _records: (config.episodes, "parameters.episodes")
+    from safecert.blackbox.judge import failure_flags
+    from safecert.blackbox.sequential import build_rule, scheduled_episodes, sequential_settings
+
+    settings = sequential_settings(config)
+    rule = build_rule(config, family, settings)
+
+    def expected(records: list[EpisodeRecord]) -> tuple[int, str]:
+        outcomes = failure_flags(records, config.spec.budget)[2].astype(np.int64)
+        return scheduled_episodes(rule, settings, outcomes), "the replayed schedule stops at"
+
+    return expected
+
+
+def _cell_complete(records: list[EpisodeRecord], expected: ExpectedEpisodes) -> tuple[bool, str]:
+    """(ok, detail): the cell's indices are exactly 0 … N-1, N as ``expected`` says."""
+    indices = [r.index for r in records]
+    if indices != list(range(len(indices))):
+        n, seen = len(indices), Counter(indices)
+        missing = [i for i in range(n) if i not in seen]
+        twice = sorted(i for i, k in seen.items() if k > 1)
+        beyond = sorted(i for i in seen if not 0 <= i < n)
+        return False, (
+            f"{n} episodes, not exactly 0…{n - 1}: missing {_few(missing)}; "
+            f"duplicated {_few(twice)}; outside {_few(beyond)}"
+        )
+    n, source = expected(records)
+    return len(indices) == n, f"{len(indices)} episodes 0…{len(indices) - 1}; {source}: {n}"
+
+
+def _few(values: list[int]) -> str:
+    return ", ".join(map(str, values[:5])) + (", …" if len(values) > 5 else "") or "none"
 
 
 def _cp_upper_scipy(k: int, n: int, delta: float) -> float:

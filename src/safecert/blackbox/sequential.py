@@ -15,6 +15,14 @@ How a run proceeds (resumable at any point: everything lives in ``episodes.sqlit
 3. each cell's decision is recomputed from the stored records, as the longest prefix of
    contiguous indices 0, 1, 2, … (a killed round leaves holes that the next round fills).
 
+A cell's round ends n_1 < n_2 < … depend only on its own outcomes (n_{j+1} is
+:func:`round_target` of n_j and the failures among the first n_j), so the number of episodes a
+finished run stores in a cell is a function of those outcomes: the first round end at which the
+rule has decided (:func:`scheduled_episodes`). A resumed run follows the same round ends, so it
+stores exactly what an uninterrupted run stores, and ``verify`` replays the schedule over the
+stored outcomes and requires the stored count to be that number: a row deleted (or appended)
+after the decision changes it.
+
 Why the family-wise guarantee survives adaptivity: a cell's decision is a stopping rule on that
 cell's own i.i.d. outcomes in a fixed order; when, or whether, the scheduler runs its next
 episodes (which depends on other cells) changes only how far along the same sequence it gets,
@@ -140,6 +148,20 @@ def round_target(rule: Rule, settings: SequentialSettings, episodes: int, failur
     return min(rule.cap, max(earliest_stop(rule, episodes, failures, pass_only=pass_only), grown))
 
 
+def scheduled_episodes(rule: Rule, settings: SequentialSettings, outcomes: np.ndarray) -> int:
+    """How many episodes the scheduler runs in a cell whose outcomes (1 = failure, index order)
+    begin with ``outcomes``: replaying the rounds n_0 = 0, n_{j+1} = :func:`round_target`, the
+    first round end at which the rule has decided — or, when ``outcomes`` ends before that, the
+    end of the round it is in (what the cell still needs). Every n_j is ≤ the cap, where every
+    rule decides, so the replay ends."""
+    n = 0
+    while n <= outcomes.size:
+        if rule.decide(outcomes[:n]).decision != UNDECIDED:
+            return n
+        n = round_target(rule, settings, n, int(outcomes[:n].sum()))
+    return n
+
+
 def build_rule(config: RunConfig, family: Family, settings: SequentialSettings) -> Rule:
     """The stopping rule of every cell: at δ' of the family, capped at ``episodes``."""
     return make_rule(
@@ -182,9 +204,11 @@ def certify_sequential(
                 done = store.done()
                 for cell in phase:
                     x = outcomes_prefix(store.records(cell), budget)
-                    if rule.decide(x).decision != UNDECIDED:
+                    # the round ends follow from the outcomes, not from how far a killed round
+                    # got: a resumed run stores what an uninterrupted one does (verify checks it)
+                    target = scheduled_episodes(rule, settings, x)
+                    if target <= x.size:
                         continue
-                    target = round_target(rule, settings, x.size, int(x.sum()))
                     jobs.extend(make_jobs(plan.config.seed, cell, target, done))
                 if not jobs:
                     break

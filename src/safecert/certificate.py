@@ -57,7 +57,7 @@ from safecert.document import (
     sha256_file,
     to_jsonable,
 )
-from safecert.errors import DataError
+from safecert.errors import DataError, SafecertError
 from safecert.shield.result import ShieldResult
 
 __all__ = [
@@ -435,10 +435,14 @@ def locate_evidence(entry: FileDigest, evidence: Evidence) -> Path:
 
 
 def check_file_digests(cert: Certificate, evidence: Evidence, report: VerificationReport) -> None:
-    """Re-hash every ``bytes`` digest in ``cert.inputs`` (``rows`` digests are the engine's)."""
+    """Re-hash every ``bytes`` digest in ``cert.inputs`` and re-list every ``listing`` (the
+    importable files of a folder; ``rows`` digests are the engine's)."""
     entries = [(e, locate_input(cert, e, evidence)) for e in cert.inputs.files]
     entries += [(e, locate_evidence(e, evidence)) for e in cert.inputs.evidence]
     for entry, path in entries:
+        if entry.digest_of == "listing":
+            _check_listing(cert, entry, path, report)
+            continue
         if entry.digest_of != "bytes":
             continue
         name = f"{entry.role} sha256 ({entry.path})"
@@ -448,8 +452,40 @@ def check_file_digests(cert: Certificate, evidence: Evidence, report: Verificati
         report.equal(name, sha256_file(path), entry.sha256)
 
 
+def _check_listing(
+    cert: Certificate, entry: FileDigest, folder: Path, report: VerificationReport
+) -> None:
+    """The folder's importable files are exactly those certified: any extra one is named."""
+    from safecert.isolation import listing_digest, loadable_code
+
+    name = f"{entry.role} listing: the files Python can import from {entry.path}"
+    if not folder.is_dir():
+        report.add(name, False, f"{folder} is not a folder (pass --inputs DIR)")
+        return
+    certified = {Path(e.path).as_posix() for e in cert.inputs.files if e.digest_of == "bytes"}
+    try:
+        present = {p.relative_to(folder).as_posix() for p in loadable_code(folder)}
+        fresh = listing_digest(folder)
+    except SafecertError as exc:
+        report.add(name, False, str(exc))
+        return
+    extra = sorted(present - certified)
+    detail = (
+        f"not certified, importable by the policy or environment: {', '.join(extra[:5])}"
+        if extra
+        else f"sha256 {fresh}, claimed {entry.sha256}"
+    )
+    report.add(name, fresh == entry.sha256 and not extra, detail)
+
+
 def verify_certificate(cert: Certificate, evidence: Evidence) -> VerificationReport:
-    """Dispatch to the engine's checker for ``cert.kind``."""
+    """Check every input and evidence digest first; when one fails, stop there — nothing from
+    the inputs is imported, started or read as code. Otherwise dispatch to the engine's checker
+    for ``cert.kind``."""
+    digests = VerificationReport(cert.kind)
+    check_file_digests(cert, evidence, digests)
+    if not digests.ok:
+        return digests
     module_name = CHECKERS[cert.kind]
     try:
         module = importlib.import_module(module_name)

@@ -43,7 +43,7 @@ class FileDigest(StrictModel):
     role: str
     path: str
     sha256: Sha256
-    digest_of: Literal["bytes", "rows"]
+    digest_of: Literal["bytes", "rows", "listing"]
 
 
 class Inputs(StrictModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -33,10 +34,12 @@ def write_module(tmp_path: Path, name: str, body: str) -> Path:
 def test_python_oracle_batched_matches_direct_call():
     spec = parse_oracle_spec("python:vendors.point_policies:goal_seeker", base_dir=EXAMPLES)
     assert spec.kind == "python" and spec.artifacts[0].endswith("point_policies.py")
-    from vendors.point_policies import goal_seeker  # importable: parse put EXAMPLES on sys.path
+    sys.path.insert(0, str(EXAMPLES))
+    from vendors.point_policies import goal_seeker
 
     oracle = make_oracle(pickle.loads(pickle.dumps(spec)))
     oracle.probe()
+    assert oracle.channel.pid not in (None, os.getpid())  # it runs in its own worker
     obs = np.random.default_rng(0).normal(size=(5, 14))
     np.testing.assert_array_equal(oracle.act(obs), goal_seeker(obs))
     oracle.close()
@@ -59,7 +62,10 @@ def test_python_oracle_per_observation(tmp_path):
         ("def act(o):\n    return o[:, :2] * float('nan')\n", "non-finite"),
         ("def act(o):\n    return [['a', 'b']] * len(o)\n", "not numeric"),
         ("def act(o):\n    return 1.0\n", "scalar"),
-        ("import time\ndef act(o):\n    time.sleep(0.3)\n    return o\n", "timeout"),
+        (
+            "import time\ndef act(o):\n    time.sleep(0.3)\n    return o\n",
+            "no complete reply within 0.2s",
+        ),
     ],
 )
 def test_python_oracle_failures_name_the_reason(tmp_path, body, reason):
@@ -109,7 +115,6 @@ def test_decode_reply_rejects_bad_replies(payload, reason):
         ("ftp://x", "unknown policy scheme"),
         ("onnx:missing.onnx", "does not exist"),
         ("python:no_such_module_xyz:act", "cannot import"),
-        ("python:vendors.point_policies:nope", "no attribute"),
         ("exec:python3 missing_vendor.py", "does not exist"),
         ("exec:no-such-program-xyz", "not on PATH"),
         ("http://", "invalid URL|no host"),
@@ -119,6 +124,18 @@ def test_bad_policy_strings_are_one_config_error(policy, fragment):
     with pytest.raises(ConfigError, match=fragment) as info:
         parse_oracle_spec(policy, base_dir=EXAMPLES)
     assert str(info.value).startswith("policy:") and "\n" not in str(info.value)
+
+
+def test_missing_python_attribute_fails_the_health_check_in_the_worker():
+    from safecert.errors import OracleError
+
+    oracle = make_oracle(parse_oracle_spec("python:vendors.point_policies:nope", base_dir=EXAMPLES))
+    try:
+        with pytest.raises(OracleError, match="policy: .*no attribute 'nope'") as info:
+            oracle.probe()
+        assert "\n" not in str(info.value)
+    finally:
+        oracle.close()
 
 
 def test_exec_spec_resolves_interpreter_and_script():

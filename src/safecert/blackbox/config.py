@@ -237,6 +237,7 @@ class RunConfig(BaseModel):
     timeout_s: float = Field(10.0, gt=0.0, le=MAX_TIMEOUT_S)
     retries: int = Field(3, ge=0, le=100)
     batched: bool = True
+    trust: Literal["isolated", "in-process"] = "isolated"
     range_episodes: int = Field(10, ge=1, le=100_000)
     artifacts: list[str] = Field(default_factory=list)
     spec: Spec = Field(default_factory=lambda: Spec.model_validate({}))

@@ -11,7 +11,6 @@ re-derives the Hoeffding ranges and the episode bound from the same pure functio
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +74,7 @@ def oracle_spec(config: RunConfig, base_dir: Path) -> OracleSpec:
         timeout_s=config.timeout_s,
         retries=config.retries,
         batched=config.batched,
+        trust=config.trust,
     )
 
 
@@ -126,7 +126,9 @@ def reference_spec(config: RunConfig, base_dir: Path) -> OracleSpec | None:
             field="envelope.reference_policy",
             fix='name a fixed reference policy (e.g. "random") shared by every vendor you compare',
         )
-    return parse_oracle_spec(name, base_dir=base_dir, timeout_s=config.timeout_s)
+    return parse_oracle_spec(
+        name, base_dir=base_dir, timeout_s=config.timeout_s, trust=config.trust
+    )
 
 
 def kpi_ranges(
@@ -169,6 +171,10 @@ def input_digests(
     (an ONNX, SB3 or TorchScript file; an ``exec:`` program, script and every argument naming a
     file; a ``python:`` policy's module), the reference policy's artifacts (role ``reference``),
     the config's ``artifacts`` (what a wrapper loads) and a ``python:`` env factory's module.
+    When any of the policy, the reference policy or the environment is ``python:`` code, every
+    other file Python can import from the config's folder is hashed too (role ``code``), with the
+    folder's listing (:func:`safecert.isolation.listing_digest`): a module added next to the policy
+    after the run (a package ``__init__.py``, a sibling) fails ``safecert verify``.
     Paths are recorded relative to the config's folder."""
     found: dict[str, FileDigest] = {}
 
@@ -192,19 +198,42 @@ def input_digests(
                 fix="list files the policy loads (paths relative to the config's folder)",
             )
         add("artifact", path)
-    module = env_module_file(config)
+    module = env_module_file(config, base_dir)
     if module is not None:
         add("env", module)
+    if runs_python_code(config):
+        from safecert.isolation import listing_digest, loadable_code
+
+        for path in loadable_code(base_dir):
+            add("code", path)
+        listing = listing_digest(base_dir)
+        found["<listing>"] = FileDigest(role="code", path=".", sha256=listing, digest_of="listing")
     return tuple(found.values())
 
 
-def env_module_file(config: RunConfig) -> Path | None:
-    """The source file of a ``python:module:factory`` environment (imported by then)."""
+def runs_python_code(config: RunConfig) -> bool:
+    """True when the policy, the reference policy or the environment is ``python:`` code from
+    the config's folder (its whole importable listing is then part of the inputs)."""
+    names = (config.policy, config.env, config.envelope.reference_policy or "")
+    return any(name.strip().startswith("python:") for name in names)
+
+
+def env_module_file(config: RunConfig, base_dir: Path) -> Path | None:
+    """The source file of a ``python:module:factory`` environment, located without importing it
+    (ConfigError on ``env`` when there is none)."""
     if not config.env.startswith("python:"):
         return None
-    module = sys.modules.get(config.env[len("python:") :].partition(":")[0])
-    source = getattr(module, "__file__", None)
-    return Path(source) if source else None
+    from safecert.isolation import locate_module
+
+    name = config.env[len("python:") :].partition(":")[0]
+    found = locate_module(name, Path(base_dir).resolve())
+    if found is None:
+        raise ConfigError(
+            f"cannot import module {name!r} (no such module)",
+            field="env",
+            fix=f"make it importable from {base_dir}",
+        )
+    return found
 
 
 def _check_cells(

@@ -4,16 +4,24 @@ A policy is named by one string (docs/architecture.md, "Policy oracles"):
 
 - ``python:module:attr`` — a callable ``act(observations) -> actions`` on batches; the module is
   importable from the config's folder. ``batched=False`` wraps a per-observation function.
+  It runs in a policy worker, a child process (:mod:`.worker`), never in safecert's own.
 - ``exec:program arg ...`` — a program started without a shell, speaking newline-delimited JSON on
   stdin/stdout; restarted after a crash (:mod:`.exec_oracle`).
 - ``http://host:port/path`` / ``https://...`` — ``POST`` of a JSON batch, retries with backoff
   (:mod:`.http_oracle`).
 - ``onnx:path/model.onnx`` — an onnxruntime session on float32 batches (:mod:`.onnx_oracle`).
 - ``sb3:path/model.zip`` — a Stable-Baselines3 PPO/A2C/SAC/TD3/DQN model, algorithm read from the
-  file, deterministic batched ``predict`` (:mod:`.sb3_oracle`; the ``sb3`` extra).
-- ``torchscript:path/model.pt`` — a TorchScript module on float32 batches (:mod:`.torchscript_oracle`).
+  file, deterministic ``predict`` row by row (:mod:`.sb3_oracle`; the ``sb3`` extra), in a policy
+  worker (unpickling the zip runs code).
+- ``torchscript:path/model.pt`` — a TorchScript module, row by row (:mod:`.torchscript_oracle`),
+  in a policy worker.
 
 Model files (ONNX, SB3, TorchScript) are the policy's artifacts, hashed into the certificate.
+
+Trust (``trust`` in the run config): ``"isolated"`` (the default) runs ``python:``, ``sb3:`` and
+``torchscript:`` policies in a policy worker that speaks the ``exec:`` protocol; ``"in-process"``
+— for users who own the policy's code — loads them into the rollout worker itself. ONNX models
+are data run by onnxruntime, and ``exec:`` and HTTP policies are other processes already.
 
 :func:`parse_oracle_spec` checks the string up front (one :class:`ConfigError` line, field
 ``policy``) and returns a frozen, picklable :class:`OracleSpec`; :func:`make_oracle` builds the
@@ -64,6 +72,9 @@ __all__ = [
 ]
 
 OracleKind = Literal["python", "exec", "http", "onnx", "sb3", "torchscript"]
+Trust = Literal["isolated", "in-process"]
+#: kinds whose loading runs code we did not write: a policy worker runs them unless trusted
+_WORKER_KINDS = ("python", "sb3", "torchscript")
 #: schemes whose target is one model file, run in-process: scheme → what the file is
 _MODEL_FILES = {
     "onnx": "ONNX model",
@@ -79,7 +90,8 @@ class OracleSpec:
     """Everything needed to build an oracle in another process (frozen, picklable).
 
     ``target`` is ``module:attr`` (python), the URL (http) or the absolute model path (onnx);
-    ``argv`` is the resolved command line (exec). ``headers`` keep their ``${VAR}`` references
+    ``argv`` is the resolved command line (exec), or the policy worker's (python, sb3,
+    torchscript with ``trust = "isolated"``; empty when trusted in-process). ``headers`` keep their ``${VAR}`` references
     unexpanded (secrets are not copied into certificates); they are expanded when the oracle is
     built. ``artifacts`` are the files that identify the policy (model, program, module source), for
     hashing into the certificate's ``policy_sha256``.
@@ -95,6 +107,12 @@ class OracleSpec:
     retries: int = 3
     batched: bool = True
     artifacts: tuple[str, ...] = ()
+    trust: Trust = "isolated"
+
+    @property
+    def in_worker(self) -> bool:
+        """True when a policy worker (a child process) runs this policy's code."""
+        return self.kind in _WORKER_KINDS and self.trust == "isolated"
 
 
 def expand_env(value: str, *, field: str) -> str:
@@ -119,10 +137,12 @@ def parse_oracle_spec(
     timeout_s: float = 10.0,
     retries: int = 3,
     batched: bool = True,
+    trust: Trust = "isolated",
 ) -> OracleSpec:
     """Check a policy string and resolve its paths against ``base_dir`` (the config's folder).
 
-    Raises :class:`ConfigError` (field ``policy``) for an unknown scheme, a missing file or module,
+    No code of the policy runs here: a ``python:`` module is located on disk, not imported (its
+    attribute is checked by the policy's health check, in its worker). Raises :class:`ConfigError` (field ``policy``) for an unknown scheme, a missing file or module,
     and (fields ``timeout_s`` / ``retries`` / ``headers.NAME``) for invalid options.
     """
     base = Path(base_dir).resolve()
@@ -143,10 +163,13 @@ def parse_oracle_spec(
         base_dir=str(base),
         timeout_s=float(timeout_s),
         retries=int(retries),
+        trust=trust,
     )
     if scheme == "python":
         module, attr, artifact = _check_python_target(rest, base)
-        return replace(template, target=f"{module}:{attr}", batched=batched, artifacts=artifact)
+        return _with_worker(
+            replace(template, target=f"{module}:{attr}", batched=batched, artifacts=artifact)
+        )
     if scheme == "exec":
         argv, artifacts = _resolve_command(rest, base)
         return replace(template, kind="exec", target=rest, argv=argv, artifacts=artifacts)
@@ -159,8 +182,10 @@ def parse_oracle_spec(
             from safecert.blackbox.oracles.sb3_oracle import sb3_algorithm
 
             sb3_algorithm(path)  # a zip of another kind is one error now, not in a worker
-        return replace(
-            template, kind=cast(OracleKind, scheme), target=str(path), artifacts=(str(path),)
+        return _with_worker(
+            replace(
+                template, kind=cast(OracleKind, scheme), target=str(path), artifacts=(str(path),)
+            )
         )
     raise ConfigError(
         f"unknown policy scheme {scheme!r} in {policy!r}",
@@ -170,8 +195,31 @@ def parse_oracle_spec(
     )
 
 
+def _with_worker(spec: OracleSpec) -> OracleSpec:
+    """``spec`` with its policy worker's command line when its code runs in one."""
+    if not spec.in_worker:
+        return spec
+    from safecert.isolation import worker_command
+
+    argv = worker_command(
+        "safecert.blackbox.oracles.worker",
+        spec.kind,
+        spec.target,
+        spec.base_dir,
+        "1" if spec.batched else "0",
+    )
+    return replace(spec, argv=argv)
+
+
 def make_oracle(spec: OracleSpec) -> Oracle:
-    """Build the oracle described by ``spec`` (heavy libraries are imported here, lazily)."""
+    """Build the oracle described by ``spec`` (heavy libraries are imported here, lazily).
+
+    ``python:``, ``sb3:`` and ``torchscript:`` policies get a policy worker (a supervised child
+    speaking the ``exec:`` protocol) unless ``spec.trust`` is ``"in-process"``."""
+    if spec.in_worker:
+        from safecert.blackbox.oracles.exec_oracle import ExecOracle
+
+        return ExecOracle(spec, what="policy worker", label=f"policy {spec.policy!r}")
     if spec.kind == "python":
         from safecert.blackbox.oracles.python_oracle import PythonOracle
 
@@ -240,12 +288,23 @@ def _forget_shadowed(module_name: str, base_dir: Path) -> None:
 
 
 def _check_python_target(rest: str, base: Path) -> tuple[str, str, tuple[str, ...]]:
-    obj = import_from(rest, base, field="policy")
-    if not callable(obj):
-        raise ConfigError(f"{rest!r} is not callable", field="policy")
-    module = sys.modules[rest.partition(":")[0]]
-    source = getattr(module, "__file__", None)
-    return rest.partition(":")[0], rest.partition(":")[2], (source,) if source else ()
+    """``module:attr`` → (module, attr, (the module's file,)), found without importing it."""
+    from safecert.isolation import locate_module
+
+    module_name, sep, attr = rest.partition(":")
+    names_ok = all(p.isidentifier() for p in module_name.split(".")) and all(
+        p.isidentifier() for p in attr.split(".")
+    )
+    if not sep or not module_name or not attr or not names_ok:
+        raise ConfigError(f"{rest!r} is not module:attr", field="policy", fix="e.g. mypkg.pol:act")
+    source = locate_module(module_name, base)
+    if source is None:
+        raise ConfigError(
+            f"cannot import module {module_name!r} (no such module)",
+            field="policy",
+            fix=f"make it importable from {base}",
+        )
+    return module_name, attr, (str(source),)
 
 
 def _existing_file(name: str, base: Path, *, what: str) -> Path:

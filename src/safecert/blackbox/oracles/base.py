@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import orjson
 
 from safecert.errors import OracleError
 
@@ -80,25 +81,43 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
 
 
 def encode_request(observations: np.ndarray) -> bytes:
-    """The JSON body ``{"observations": [[...], ...]}`` (no trailing newline)."""
-    obs = np.asarray(observations, dtype=np.float64)
-    return json.dumps({"observations": obs.tolist()}, allow_nan=False).encode()
+    """The JSON body ``{"observations": [[...], ...]}`` (no trailing newline); every float is
+    written in its shortest exact form, so the vendor reads back the same float64 values.
+    ``ValueError`` for non-finite values (JSON has no NaN)."""
+    obs = np.ascontiguousarray(observations, dtype=np.float64)
+    if not (
+        all(map(math.isfinite, obs.ravel().tolist())) if obs.size <= 256 else np.isfinite(obs).all()
+    ):
+        raise ValueError("observations contain non-finite values")
+    return orjson.dumps({"observations": obs}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
-    """Parse ``{"actions": [[...], ...]}`` and validate it with :func:`check_actions`."""
+    """Parse ``{"actions": [[...], ...]}`` and validate it with :func:`check_actions`;
+    ``{"error": "why"}`` is the vendor's own failed call (its reason, cut to one line)."""
     try:
-        doc = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        doc = _loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         preview = (
             payload[:60] if isinstance(payload, str) else payload[:60].decode(errors="replace")
         )
         raise OracleFailure(
             f"reply is not valid JSON ({exc.__class__.__name__}: {preview!r})"
         ) from None
+    if isinstance(doc, dict) and "actions" not in doc and isinstance(doc.get("error"), str):
+        raise OracleFailure(f"the policy failed the call: {doc['error'][:300]}")
     if not isinstance(doc, dict) or "actions" not in doc:
         raise OracleFailure('reply has no "actions" field')
     return check_actions(doc["actions"], n_rows)
+
+
+def _loads(payload: bytes | str) -> Any:
+    """orjson (fast; nesting limited to 1024 levels); JSON with ``NaN``/``Infinity``, which only
+    the standard library reads, is read there so it fails as non-finite, not as invalid JSON."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
 
 
 def json_call(send: Callable[[bytes], bytes], observations: np.ndarray) -> np.ndarray:

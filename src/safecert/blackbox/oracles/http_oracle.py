@@ -24,7 +24,7 @@ import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec, expand_env
 from safecert.blackbox.oracles.base import OracleFailure, health_check, json_call
-from safecert.blackbox.oracles.exec_oracle import MAX_REPLY_BYTES
+from safecert.isolation import MAX_REPLY_BYTES
 
 BACKOFF_BASE_S = 0.05
 BACKOFF_CAP_S = 2.0

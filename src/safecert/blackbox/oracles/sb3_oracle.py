@@ -2,8 +2,10 @@
 
 The algorithm is read from the file itself (:func:`sb3_algorithm`: the module of the saved policy
 class and the hyper-parameters only PPO saves), the model is loaded on the CPU, and every batch is
-answered by one ``model.predict(observations, deterministic=True)`` — the policy's mode, so an
-episode's outcome depends only on its seed. Stable-Baselines3 is an optional extra
+answered row by row by ``model.predict(row, deterministic=True)`` — the policy's mode, one
+observation at a time, so an episode's outcome depends only on its seed: batched torch kernels give
+a row different low-order bits with a different batch size (about 1e-4 on returns was measured), so
+``batch_size`` would otherwise change the evidence. Stable-Baselines3 is an optional extra
 (``pip install 'safecert[sb3]'``); it is imported here, in the process that uses the oracle.
 """
 
@@ -89,8 +91,9 @@ class Sb3Oracle:
             raise OracleFailure(str(exc)) from None
         obs = np.asarray(observations, dtype=np.float32)
 
-        def predict() -> Any:
-            return model.predict(obs, deterministic=True)[0]
+        def predict() -> Any:  # row by row: a row's action never depends on the batch
+            rows = [model.predict(obs[i : i + 1], deterministic=True)[0] for i in range(len(obs))]
+            return np.concatenate(rows) if rows else np.zeros((0,))
 
         return check_actions(
             timed_call(predict, self.spec.timeout_s, "stable-baselines3"), len(obs)

@@ -1,7 +1,9 @@
 """``torchscript:path/model.pt`` — a TorchScript module (``torch.jit.save``) as a policy.
 
-The module is loaded on the CPU with ``torch.jit.load`` and called once per batch on a float32
-tensor ``(B, *obs_shape)`` under ``torch.inference_mode``; its output (the first element when it
+The module is loaded on the CPU with ``torch.jit.load`` and called on each row of a batch, as a
+float32 tensor ``(1, *obs_shape)`` under ``torch.inference_mode`` (row by row: batched torch kernels
+give a row different low-order bits at another batch size, so ``batch_size`` would change the
+evidence); its output (the first element when it
 returns a tuple or list) is the action batch. torch is part of the ``all`` extra. (torch ≥ 2.10
 deprecates TorchScript in favour of ``torch.export``; the format still loads, and its deprecation
 warning is silenced here so it does not reach the run's stderr.)
@@ -61,14 +63,18 @@ class TorchScriptOracle:
             raise OracleFailure(str(exc)) from None
         obs = torch.as_tensor(np.asarray(observations, dtype=np.float32))
 
-        def forward() -> Any:
-            with torch.inference_mode():
-                out = module(obs)
+        def row(i: int) -> np.ndarray:
+            out = module(obs[i : i + 1])
             if isinstance(out, tuple | list):
                 out = out[0]
             if not isinstance(out, torch.Tensor):
                 raise OracleFailure(f"the module returned {type(out).__name__}, not a tensor")
             return out.detach().cpu().numpy()
+
+        def forward() -> Any:  # row by row: a row's action never depends on the batch
+            with torch.inference_mode():
+                rows = [row(i) for i in range(len(obs))]
+            return np.concatenate(rows) if rows else np.zeros((0,))
 
         return check_actions(timed_call(forward, self.spec.timeout_s, "torchscript"), len(obs))
 

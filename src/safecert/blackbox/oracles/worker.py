@@ -1,0 +1,91 @@
+"""The policy worker: runs a ``python:``, ``sb3:`` or ``torchscript:`` policy in a child process.
+
+Started by :func:`safecert.blackbox.oracles.make_oracle` (through
+:class:`safecert.blackbox.oracles.exec_oracle.ExecOracle`, under the vendor supervisor) as
+
+    python -I -B -m safecert.blackbox.oracles.worker KIND TARGET BASE_DIR BATCHED
+
+it loads the policy once (importing the module with ``BASE_DIR`` first on ``sys.path``, unpickling
+the SB3 zip, loading the TorchScript module) and then speaks the ``exec:`` protocol on
+stdin/stdout, after one ``{"ready":true}`` line once loaded: one ``{"observations": [[...]]}`` line in, one ``{"actions": [[...]]}`` or
+``{"error": "why"}`` line out. A policy that cannot be loaded answers every call with its error
+(so the pre-run health check names it). Anything the policy prints to stdout is moved to stderr:
+stdout carries replies only.
+
+This is the trust boundary (docs/threat-model.md): whatever the policy's code does — patch
+safecert, read or write files, fork — happens in this process, which only ever sends data back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import cast
+
+import numpy as np
+import orjson
+
+
+def _oracle(kind: str, target: str, base_dir: str, batched: bool):  # type: ignore[no-untyped-def]
+    from safecert.blackbox.oracles import OracleKind, OracleSpec
+
+    # the parent enforces the call's deadline; the in-process classes must not time it again
+    spec = OracleSpec(
+        kind=cast(OracleKind, kind),
+        policy=f"{kind}:{target}",
+        target=target,
+        base_dir=base_dir,
+        timeout_s=math.inf,
+        batched=batched,
+    )
+    if kind == "python":
+        from safecert.blackbox.oracles.python_oracle import PythonOracle
+
+        return PythonOracle(spec)
+    if kind == "sb3":
+        from safecert.blackbox.oracles.sb3_oracle import Sb3Oracle
+
+        return Sb3Oracle(spec)
+    from safecert.blackbox.oracles.torchscript_oracle import TorchScriptOracle
+
+    return TorchScriptOracle(spec)
+
+
+def main(argv: list[str]) -> int:
+    kind, target, base_dir, batched = argv[1], argv[2], argv[3], argv[4] == "1"
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # the policy's prints go to stderr; stdout is the protocol's
+    sys.stdout = sys.stderr
+    from safecert.blackbox.oracles.base import OracleFailure
+    from safecert.errors import SafecertError
+
+    load_error: str | None = None
+    oracle = _oracle(kind, target, base_dir, batched)
+    try:
+        oracle.probe()
+    except SafecertError as exc:
+        load_error = str(exc).partition(": ")[2] if getattr(exc, "field", None) else str(exc)
+    except Exception as exc:  # the vendor's module raised at import: a load error, said once
+        load_error = f"loading the policy raised {type(exc).__name__}: {exc}"
+    replies.write(b'{"ready":true}\n')  # the handshake: start-up is over
+    for line in sys.stdin.buffer:
+        try:
+            request = orjson.loads(line)
+            obs = np.asarray(request["observations"], dtype=np.float64)
+            if load_error is not None:
+                raise OracleFailure(load_error)
+            actions = oracle.act(obs) if len(obs) else np.zeros((0,))
+            reply = orjson.dumps(
+                {"actions": np.ascontiguousarray(actions)}, option=orjson.OPT_SERIALIZE_NUMPY
+            )
+        except OracleFailure as exc:
+            reply = orjson.dumps({"error": exc.reason})
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            reply = orjson.dumps({"error": f"bad request ({type(exc).__name__})"})
+        replies.write(reply + b"\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

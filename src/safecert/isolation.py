@@ -1,0 +1,322 @@
+"""The trust boundary: vendor code runs in supervised child processes that only exchange data.
+
+safecert judges policies whose authors may want them to pass, so code it did not write — a
+``python:`` policy module, a Stable-Baselines3 zip (pickle runs code), a TorchScript module, a
+``python:`` environment factory — never runs in the process that counts episodes, judges, writes or
+verifies certificates (``docs/threat-model.md``). It runs in a child started by :class:`Channel`
+under :mod:`safecert.supervisor` (its whole subtree is reaped, ``kill -9`` of safecert included) and
+the two sides exchange newline-delimited JSON only: the parent never unpickles or imports anything
+a child produced.
+
+* :class:`Channel` — one long-lived child and one request/reply round trip at a time, with a
+  *deadline* per call (not a per-read timeout), a start-up grace for the first call, a cap on the
+  reply's size; a child that dies, hangs or floods is killed with its subtree and restarted on the
+  next call.
+* :func:`worker_command` — the command line of safecert's own workers (``python -I -B -m ...``):
+  isolated mode (no ``PYTHON*`` variables, no user site, no current folder on ``sys.path``) and no
+  bytecode written, so a run adds no file to the folder whose code it hashed.
+* :func:`loadable_code` — every file under a folder that ``import`` can load once that folder is on
+  ``sys.path`` (sources, bytecode in ``__pycache__``, extension modules, in packages and namespace
+  packages): certificates hash them all, and ``safecert verify`` refuses a folder that holds one more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from safecert import procs
+from safecert.errors import ConfigError
+
+_STDERR_TAIL = 2000
+_CHUNK = 1 << 16
+#: the longest reply line (exec) or body (HTTP) accepted; a batch of 4096 rows is a few MB
+MAX_REPLY_BYTES = 64 << 20
+STARTUP_GRACE_S = 30.0  # extra time for the first call after a (re)start: imports, model loading
+#: a folder whose importable files are more than this is refused (hash them all, or move the code)
+MAX_CODE_FILES = 5000
+_LOADABLE_SUFFIXES = tuple(sorted(set(importlib.machinery.all_suffixes()), key=len, reverse=True))
+
+
+class ChannelFailure(Exception):
+    """One round trip failed; ``reason`` is one line (the child is already killed and reaped)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = " ".join(str(reason).split())
+        super().__init__(self.reason)
+
+
+class Channel:
+    """A long-running child process, started lazily without a shell in ``cwd``, that answers
+    each request line with one reply line.
+
+    Guarantees: a call is a *deadline*: it fails ``timeout_s`` after it started however the child
+    trickles its reply (non-blocking pipes multiplexed with ``select``; writes, reads and the
+    child's stderr are all serviced within the deadline). The only extension is start-up: on the
+    first call after a (re)start, until the child writes its first byte of stdout, it may also spend
+    :data:`STARTUP_GRACE_S` (interpreter, imports, model loading); from its first byte on, the reply
+    must be complete within ``timeout_s``. A call that times out kills the child and everything it
+    started (a late reply would put requests and replies out of step); a child that exits or
+    closes its pipes fails the call with its exit code and the tail of its stderr. Either way the
+    next call starts a fresh process (``restarts`` counts them). ``close`` kills and reaps whatever
+    the child left behind. With ``handshake`` (safecert's own workers) the child writes one ready
+    line once it has loaded what it runs; the start-up grace ends there, so the first call gets
+    ``timeout_s`` like every other. ``what`` names the child in messages (``vendor``, ``policy worker``).
+    """
+
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        *,
+        cwd: str,
+        timeout_s: float,
+        what: str = "vendor",
+        handshake: bool = False,
+    ) -> None:
+        self.argv = argv
+        self.handshake = handshake
+        self.cwd = cwd
+        self.timeout_s = timeout_s
+        self.what = what
+        self.restarts = 0
+        self._proc: procs.VendorProcess | None = None
+        self._buf = b""
+        self._stderr = b""
+        self._started = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The child's own pid (not the supervisor's), or None when it is not running."""
+        return None if self._proc is None else self._proc.vendor_pid
+
+    # -- process management -------------------------------------------------------------------
+    def _start(self) -> procs.VendorProcess:
+        try:
+            proc = procs.VendorProcess(self.argv, cwd=self.cwd)
+        except OSError as exc:
+            raise ChannelFailure(f"cannot start {self.argv[0]}: {exc}") from None
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            os.set_blocking(pipe.fileno(), False)
+        if self._started:
+            self.restarts += 1
+        self._started += 1
+        self._proc, self._buf, self._stderr = proc, b"", b""
+        return proc
+
+    def _kill(self) -> None:
+        """Kill and reap the child and every process it started (``setsid`` ones included)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.kill()
+        _close(proc.stdin, proc.stdout, proc.stderr)
+
+    def _crashed(self, proc: procs.VendorProcess, what: str) -> ChannelFailure:
+        try:
+            code: int | None = proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._drain_stderr(proc)
+        tail = self._stderr.decode(errors="replace").strip().splitlines()[-3:]
+        self._kill()
+        detail = f"; stderr: {' | '.join(tail)}" if tail else ""
+        return ChannelFailure(
+            f"{self.what} {what} (exit code {code}){detail}; restarted on the next call"
+        )
+
+    def _drain_stderr(self, proc: procs.VendorProcess) -> bool:
+        try:
+            data = proc.stderr.read(_CHUNK)
+        except (BlockingIOError, ValueError):
+            return True
+        if data is None:  # nothing to read right now
+            return True
+        if data:
+            self._stderr = (self._stderr + data)[-_STDERR_TAIL:]
+        return bool(data)
+
+    # -- one round trip -----------------------------------------------------------------------
+    def round_trip(self, payload: bytes) -> bytes:
+        """Send one request line (``payload`` without its newline); return the reply line."""
+        proc = self._proc
+        grace = 0.0
+        if proc is None or proc.poll() is not None:
+            # Never started, or exited after its last reply (nothing was lost): start afresh.
+            self._kill()
+            proc = self._start()
+            grace = STARTUP_GRACE_S
+            if self.handshake:  # start-up ends at the child's ready line, not at the reply
+                self._exchange(proc, b"", grace)
+                grace = 0.0
+        return self._exchange(proc, payload + b"\n", grace)
+
+    def _exchange(self, proc: procs.VendorProcess, payload: bytes, grace: float) -> bytes:
+        """Write ``payload`` (may be empty) and read one line, all within the deadline."""
+        out = memoryview(payload)
+        deadline = time.monotonic() + self.timeout_s + grace
+        readers = [proc.stdout, proc.stderr]
+        buf = bytearray(self._buf)  # appended in place; only new bytes are searched for "\n"
+        newline = buf.find(b"\n")
+        while newline < 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._kill()
+                # no measured times in the reason: it is part of the episode's (reproducible) record
+                extra = f"; start-up grace {grace:g}s" if grace else ""
+                raise ChannelFailure(
+                    f"no complete reply within {self.timeout_s:g}s (deadline of the whole "
+                    f"call{extra}); {self.what} killed, restarted on the next call"
+                )
+            writers = [proc.stdin] if out else []
+            ready_r, ready_w, _ = select.select(readers, writers, [], remaining)
+            if ready_w:
+                try:
+                    out = out[os.write(proc.stdin.fileno(), out[:_CHUNK]) :]
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, OSError):
+                    raise self._crashed(proc, "closed its input") from None
+            if proc.stderr in ready_r and not self._drain_stderr(proc):
+                readers.remove(proc.stderr)
+            if proc.stdout in ready_r:
+                data = proc.stdout.read(_CHUNK)
+                if data is None:
+                    continue
+                if not data:
+                    raise self._crashed(proc, "exited")
+                if grace:  # start-up is over at the first byte: the reply itself gets timeout_s
+                    deadline = min(deadline, time.monotonic() + self.timeout_s)
+                    grace = 0.0
+                found = data.find(b"\n")
+                newline = -1 if found < 0 else len(buf) + found
+                buf += data
+                if newline < 0 and len(buf) > MAX_REPLY_BYTES:
+                    self._kill()
+                    raise ChannelFailure(
+                        f"reply longer than {MAX_REPLY_BYTES >> 20} MiB without a newline; "
+                        f"{self.what} killed, restarted on the next call"
+                    )
+        line, self._buf = bytes(buf[:newline]), bytes(buf[newline + 1 :])
+        return line
+
+    def close(self) -> None:
+        """Close the child's stdin (a polite end of input), give it 1 s to exit, then kill and
+        reap it and everything it started (safe to call twice)."""
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            _close(proc.stdin)
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        self._kill()
+
+
+def _close(*pipes: IO[bytes] | None) -> None:
+    for pipe in pipes:
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def worker_command(module: str, *args: str) -> tuple[str, ...]:
+    """``python -I -B -m MODULE ARGS``: one of safecert's own workers, run by this interpreter.
+
+    ``-I`` (isolated): no ``PYTHON*`` variables, no user site-packages, no current folder on
+    ``sys.path`` — the worker adds exactly the folder it was given; ``-B``: no bytecode written, so
+    running vendor code leaves the hashed folder as it was."""
+    return (sys.executable, "-I", "-B", "-m", module, *args)
+
+
+def loadable_code(root: Path) -> list[Path]:
+    """Every file that ``import`` can load from ``root`` once it is on ``sys.path``, sorted.
+
+    That is: files with an import suffix (``.py``, ``.pyc``, extension modules) whose stem is an
+    identifier, in ``root`` and in sub-folders named by identifiers (packages and namespace
+    packages), plus their ``__pycache__`` bytecode; symbolic links are followed (Python follows
+    them), each real folder once. More than :data:`MAX_CODE_FILES` is a ConfigError: hashing them
+    all is not what anyone means — keep the policy in a folder of its own."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    root = Path(root)
+
+    def walk(folder: Path, in_cache: bool) -> None:
+        real = os.path.realpath(folder)
+        if real in seen:
+            return
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            name = entry.name
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if not in_cache and (name.isidentifier() or name == "__pycache__"):
+                    walk(Path(entry.path), name == "__pycache__")
+                continue
+            if _importable_name(name, in_cache):
+                found.append(Path(entry.path))
+                if len(found) > MAX_CODE_FILES:
+                    raise ConfigError(
+                        f"{root} holds more than {MAX_CODE_FILES} files Python can import",
+                        field="policy",
+                        fix="put the python: policy and environment in a folder of their own "
+                        "(every importable file in the config's folder is hashed)",
+                    )
+
+    walk(root, False)
+    return found
+
+
+def listing_digest(root: Path) -> str:
+    """SHA-256 of the sorted relative paths of :func:`loadable_code` under ``root`` (one per line):
+    it changes when an importable file is added, removed or renamed."""
+    root = Path(root)
+    names = sorted(p.relative_to(root).as_posix() for p in loadable_code(root))
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+
+
+def _importable_name(name: str, in_cache: bool) -> bool:
+    for suffix in _LOADABLE_SUFFIXES:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            if in_cache:  # __pycache__/mod.cpython-311.pyc, mod.cpython-311.opt-1.pyc
+                stem = stem.partition(".")[0]
+            return stem.isidentifier()
+    return False
+
+
+def locate_module(name: str, base_dir: Path) -> Path | None:
+    """The file that ``import name`` would load with ``base_dir`` first on ``sys.path``, found
+    without running any code (no parent package is imported); None when there is none."""
+    search: list[str] | None = [str(base_dir), *sys.path]
+    spec = None
+    for i, part in enumerate(name.split(".")):
+        if search is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, search)
+        if spec is None:
+            return None
+        if i < len(name.split(".")) - 1:
+            locations = spec.submodule_search_locations
+            search = list(locations) if locations is not None else None
+    if spec is None:
+        return None
+    if spec.origin and spec.origin not in ("built-in", "frozen") and Path(spec.origin).is_file():
+        return Path(spec.origin)
+    return None

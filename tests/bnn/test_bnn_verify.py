@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from safecert.bnn.cegis import guard_reason
 from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, epsilon_record
 from safecert.bnn.check import check, parameters_config, replay_search
 from safecert.bnn.config import benchmark_config
@@ -36,24 +37,29 @@ def _row(eps: Epsilon, verdict: str) -> SearchRow:
         reason="r",
         iterations=1,
         runtime_s=0.0,
+        machine_dependent=False,
         witness=None,
     )
 
 
 def test_search_replay_derives_the_certified_epsilon_and_catches_a_forged_row():
-    plan = SearchPlan(tuple(parse_epsilon(e) for e in ("0.5sigma", "1sigma", "2sigma")), 2, 60.0)
+    ladder = tuple(parse_epsilon(e) for e in ("0.5sigma", "1sigma", "2sigma"))
+    plan = SearchPlan(ladder, 2, 60.0, "limits.total_s")
     # what the search tries when 0.5σ holds and 1σ fails: 0.5, 1, then 0.75, then 0.625 or 0.875
     seq = epsilon_sequence(plan.ladder, plan.bisection_steps)
     tried = [next(seq), seq.send(True), seq.send(False), seq.send(True)]
     assert [e.value for e in tried] == [0.5, 1.0, 0.75, 0.875]
     rows = [_row(tried[0], "SAFE"), _row(tried[1], "UNKNOWN"), _row(tried[2], "SAFE")]
     report = VerificationReport("bnn")
-    eps, row, certified = replay_search(plan, rows, report)
-    assert report.ok and certified and eps == Epsilon(0.75, True) and row is rows[2]
+    eps, shown, certified, nxt = replay_search(plan, rows, report)
+    assert report.ok and certified and eps == Epsilon(0.75, True) and shown == 2
+    assert nxt == Epsilon(0.875, True)  # the search had one more step: a guard stopped it
+    full = [*rows, _row(nxt, "UNKNOWN")]
+    assert replay_search(plan, full, VerificationReport("bnn"))[3] is None
     # a row claiming a rung the search would not have tried next
     forged = [rows[0], rows[1], _row(Epsilon(2.0, True), "SAFE")]
     report = VerificationReport("bnn")
-    eps, _, _ = replay_search(plan, forged, report)
+    eps, _, _, _ = replay_search(plan, forged, report)
     assert eps == Epsilon(0.75, True)  # the derived ε, not the claimed one
     assert [c.name for c in report.failed] == ["search[2].epsilon"]
     assert "0.75" in report.failed[0].detail and "2.0" in report.failed[0].detail
@@ -62,15 +68,23 @@ def test_search_replay_derives_the_certified_epsilon_and_catches_a_forged_row():
     replay_search(plan, [*rows, _row(Epsilon(0.875, True), "SAFE"), rows[0]], report)
     assert [c.name for c in report.failed] == ["search (length)"]
     # no attempt: the first planned ε, no row, nothing certified
-    assert replay_search(plan, [], VerificationReport("bnn")) == (plan.ladder[0], None, False)
+    assert replay_search(plan, [], VerificationReport("bnn")) == (
+        plan.ladder[0],
+        None,
+        False,
+        plan.ladder[0],
+    )
 
 
 def test_search_plan_is_the_ladder_only_with_search_enabled():
     cfg = benchmark_config("lds", epsilon="1.5sigma")
-    assert search_plan(cfg) == SearchPlan((Epsilon(1.5, True),), 0, cfg.limits.per_epsilon_s)
+    assert search_plan(cfg) == SearchPlan(
+        (Epsilon(1.5, True),), 0, cfg.limits.per_epsilon_s, "limits.per_epsilon_s"
+    )
     cfg = benchmark_config("lds", search={"enabled": True, "ladder": ["0.5sigma", "1sigma"]})
     assert search_plan(cfg).ladder == (Epsilon(0.5, True), Epsilon(1.0, True))
     assert search_plan(cfg).total_time_s == cfg.limits.total_s
+    assert search_plan(cfg).guard_key == "limits.total_s"
 
 
 def test_parameters_are_complete_and_not_coerced():
@@ -91,7 +105,8 @@ def test_parameters_are_complete_and_not_coerced():
 
 def test_unknown_certificate_checks_everything_it_states(unknown_run):
     cert = read_certificate(unknown_run)
-    assert cert.verdict == "UNKNOWN" and "time limit" in cert.result.reason
+    assert cert.verdict == "UNKNOWN" and cert.result.reason.startswith("wall-clock guard")
+    assert cert.result.machine_dependent and cert.result.search[0].machine_dependent
     assert cert.result.checks.closure == "not reached" and len(cert.result.search) == 1
     assert cert.result.verifier_margin == 1e-6
     assert math.isfinite(cert.result.runtimes_s.total_s)
@@ -118,7 +133,10 @@ def test_no_attempt_certificate_is_checked_and_cannot_be_flipped(tmp_path):
     )
     run = certify_run(cfg, None, tmp_path / "out")
     r = run.certificate.result
-    assert run.certificate.verdict == "UNKNOWN" and r.reason == NO_ATTEMPT
+    assert run.certificate.verdict == "UNKNOWN" and r.machine_dependent
+    assert r.reason == f"{NO_ATTEMPT}; " + guard_reason(
+        "limits.total_s = 1e-09 s reached before ε = 0.5sigma"
+    )
     assert r.invariant is None and r.runtimes_s is None and r.search == []
     assert (r.epsilon.value, r.epsilon.unit) == (0.5, "sigma") and run.plot is None
     assert check(run.certificate, Evidence(run.path)).ok

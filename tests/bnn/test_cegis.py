@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 
 from safecert.bnn.cegis import (
+    WALL_CLOCK_GUARD,
     CegisSettings,
     SampledViolation,
     SamplingFalsifier,
     absorb,
     cegis,
+    guard_reason,
     initial_data,
 )
 from safecert.bnn.config import bayesian_spec, benchmark_config, load_config, load_policy_network
@@ -106,8 +108,7 @@ def test_no_retraining_ablation_stops_with_unknown_never_unsafe():
     assert res.verifier_calls == 1 and res.iterations == 1
 
 
-@pytest.mark.parametrize("clock", ["wall", "cpu"])
-def test_time_limit_gives_unknown(clock):
+def test_wall_clock_guard_gives_unknown_marked_machine_dependent():
     bench = get_benchmark("lds")
     cfg = benchmark_config("lds")
     mean, _ = load_policy_network(cfg, None)
@@ -119,9 +120,11 @@ def test_time_limit_gives_unknown(clock):
         Verifier(bench, box, time_limit_s=30),
         bench,
         data,
-        CegisSettings(max_iterations=50, time_limit_s=0.0, clock=clock),
+        CegisSettings(max_iterations=50, guard_s=0.0, guard_key="limits.per_epsilon_s"),
     )
-    assert res.verdict == "UNKNOWN" and "time limit" in res.reason
+    assert res.verdict == "UNKNOWN" and res.machine_dependent
+    assert res.reason == guard_reason("limits.per_epsilon_s reached after 0 iterations")
+    assert res.reason.startswith(WALL_CLOCK_GUARD)
     assert res.runtimes_s["wall_s"] > 0 and res.verifier_calls == 0
 
 

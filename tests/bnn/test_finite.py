@@ -159,7 +159,7 @@ def test_grid_and_applicability() -> None:
 
 def _problem(**limits) -> BnnProblem:
     bench, mean, spec, _ = _car()
-    cfg = benchmark_config("car", limits={"clock": "cpu", **limits})
+    cfg = benchmark_config("car", limits=limits)
     return BnnProblem(bench, mean, spec, cfg)
 
 
@@ -181,7 +181,6 @@ def test_search_with_exact_labels_certifies_then_stops() -> None:
         lambda e, w, lim: problem.run(e, w, lim),
         ["1sigma", "1.5sigma", "2sigma"],
         total_time_s=120,
-        clock="cpu",
     )
     assert [a.result.verdict for a in found.attempts] == ["SAFE", "UNKNOWN"]
     g = found.attempts[0].result.network

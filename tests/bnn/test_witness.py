@@ -16,7 +16,7 @@ from safecert.bnn.witness import corner_networks, find_witness, replay_witness, 
 
 
 def _pend_all(sigma: float):
-    cfg = benchmark_config("pend_all", limits={"clock": "cpu", "per_epsilon_s": 30})
+    cfg = benchmark_config("pend_all")
     mean, _ = load_policy_network(cfg, None)
     spec = bayesian_spec(cfg, mean)
     bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
@@ -80,7 +80,7 @@ def test_an_attempt_ends_at_once_on_a_witness_and_the_search_is_deterministic():
 def test_zero_rollouts_turn_the_search_off():
     cfg = benchmark_config(
         "pend_all",
-        limits={"clock": "cpu", "per_epsilon_s": 2, "max_iterations": 1},
+        limits={"max_iterations": 1},
         data={"witness_rollouts": 0},
     )
     mean, _ = load_policy_network(cfg, None)

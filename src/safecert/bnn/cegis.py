@@ -12,13 +12,20 @@ Three typed parts, one loop:
 Every counterexample is absorbed the same way whoever found it (:func:`absorb`): a closure pair
 goes to D_ce, or — when ``x'`` lies in ``X_u`` or outside the box, so that ``x`` is in no valid
 invariant — ``(x, 0)`` goes to D_spec; an initial state goes to D_spec with label 1, an unsafe one
-with label 0. The verdict is SAFE only on a :class:`Proof`; a solver time limit, an iteration cap
-or the wall-clock limit give UNKNOWN, never "unsafe".
+with label 0. The verdict is SAFE only on a :class:`Proof`; a spent budget gives UNKNOWN, never
+"unsafe".
+
+Budgets are work, not seconds, so that a seed gives the same result on any machine at any load:
+learner rounds (``max_iterations``), epochs, sampled states and the verifier's node budget per
+MILP. Seconds appear only as a wall-clock *guard* (``guard_s``, and the verifier's
+``time_limit_s``) against a run that would never end; when one fires the result says so in its
+reason (:func:`guard_reason`) and is marked ``machine_dependent``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +38,7 @@ from safecert.bnn.learner import TrainingData
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import batched_forward, sample_box_weights
 from safecert.bnn.spec import WeightBox
-from safecert.bnn.verifier import Counterexample, Proof, Unknown
+from safecert.bnn.verifier import INCONCLUSIVE, Counterexample, Proof, Unknown
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
@@ -172,20 +179,32 @@ def initial_data(
     return TrainingData(np.concatenate(xs), np.concatenate(ys)), hints
 
 
-#: how limits and runtimes are measured: wall clock, or this process's CPU time (reproducible
-#: budgets on a shared machine; learner, falsifier and HiGHS all run in-process on one thread)
-CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+#: how the reason of a run cut by a wall-clock guard begins
+WALL_CLOCK_GUARD = "wall-clock guard"
+
+
+def guard_reason(what: str) -> str:
+    """The reason of a run a wall-clock guard cut short: ``what`` names the guard and where it
+    fired (e.g. ``"limits.per_epsilon_s = 1800 s reached after 12 iterations"``)."""
+    return f"{WALL_CLOCK_GUARD} {what} (machine-dependent: budgets in work were not spent)"
+
+
+#: runtimes: this process's CPU seconds (learner, falsifier and the solvers all run in-process on
+#: one thread), and the wall clock the guards read
+cpu_clock = time.process_time
+wall_clock = time.perf_counter
 
 
 @dataclass(frozen=True)
 class CegisSettings:
-    """Limits of one run of Alg. 1 (seconds on ``clock``; iterations = learner rounds)."""
+    """Budgets of one run of Alg. 1: ``max_iterations`` learner rounds (work), and the wall-clock
+    guard ``guard_s`` (seconds; ``guard_key`` names the config key it comes from in reasons)."""
 
     max_iterations: int = 200
-    time_limit_s: float = 300.0
+    guard_s: float = math.inf
+    guard_key: str = "limits.per_epsilon_s"
     seed: int = 0
     retrain: bool = True
-    clock: Literal["wall", "cpu"] = "wall"
 
 
 @dataclass
@@ -207,6 +226,8 @@ class CegisResult:
     runtimes_s: dict[str, float] = field(default_factory=dict)
     #: a replayed trajectory showing that no invariant exists at this ε (the attempt ran no CEGIS)
     witness: Witness | None = None
+    #: a wall-clock guard ended the run (the reason says which): another machine may differ
+    machine_dependent: bool = False
 
     @property
     def network(self) -> ReluNetwork:
@@ -231,9 +252,9 @@ def cegis(
     """Alg. 1. ``data`` is extended in place with every counterexample; ``init`` warm-starts the
     learner (the ε search passes the previous invariant); ``hints`` join ``data`` for the first
     fit only (see :func:`initial_data`). Deterministic given ``settings.seed`` and the inputs,
-    apart from where wall-clock limits cut the run."""
-    now = CLOCKS[settings.clock]
-    t0, wall0 = now(), time.perf_counter()
+    unless a wall-clock guard cuts the run (then ``machine_dependent``)."""
+    now = cpu_clock
+    t0, wall0 = now(), wall_clock()
     clock = {"learner_s": 0.0, "verifier_s": 0.0, "falsifier_s": 0.0}
     seeds = np.random.SeedSequence(settings.seed).generate_state(settings.max_iterations + 1)
 
@@ -252,20 +273,23 @@ def cegis(
     g = fit(0, init, hints)
     result = CegisResult("UNKNOWN", "iteration cap reached", g, None, data)
 
-    def done(verdict: Literal["SAFE", "UNKNOWN"], reason: str) -> CegisResult:
+    def done(
+        verdict: Literal["SAFE", "UNKNOWN"], reason: str, guarded: bool = False
+    ) -> CegisResult:
         result.verdict, result.reason, result.invariant = verdict, reason, g
+        result.machine_dependent = guarded
         result.runtimes_s = {
             **clock,
             "total_s": now() - t0,
-            "wall_s": time.perf_counter() - wall0,
+            "wall_s": wall_clock() - wall0,
         }
         log.info("cegis: %s after %d iterations (%s)", verdict, result.iterations, reason)
         return result
 
     for it in range(1, settings.max_iterations + 1):
-        elapsed = now() - t0
-        if elapsed > settings.time_limit_s:
-            return done("UNKNOWN", f"time limit {settings.time_limit_s:g} s reached")
+        if wall_clock() - wall0 > settings.guard_s:
+            what = f"{settings.guard_key} reached after {it - 1} iterations"
+            return done("UNKNOWN", guard_reason(what), guarded=True)
         result.iterations = it
         net = g.network()
         if falsifier is not None and settings.retrain:
@@ -279,11 +303,13 @@ def cegis(
                 _report(progress, it, f"{len(found)} sampled violations")
                 g = fit(it, g)
                 continue
-        remaining = settings.time_limit_s - (now() - t0)
-        if base_limit is not None and settings.clock == "wall":  # no MILP outlives the run
-            # (the solver's limit is wall-clock: on the cpu clock a loaded machine would turn the
-            # remaining CPU seconds into a far smaller CPU allowance, so the base limit is kept)
-            verifier.time_limit_s = max(1.0, min(base_limit, remaining))  # type: ignore[attr-defined]
+        remaining = settings.guard_s - (wall_clock() - wall0)
+        solver_guard = "limits.solver_s"
+        if base_limit is not None and remaining < base_limit:  # no MILP outlives the run's guard
+            verifier.time_limit_s = max(1.0, remaining)  # type: ignore[attr-defined]
+            solver_guard = settings.guard_key
+        elif base_limit is not None:
+            verifier.time_limit_s = base_limit  # type: ignore[attr-defined]
         t = now()
         verdict = verifier.check(net)
         clock["verifier_s"] += now() - t
@@ -292,10 +318,11 @@ def cegis(
             result.proof = verdict
             return done("SAFE", "closure, initial and unsafe checks infeasible")
         if isinstance(verdict, Unknown):
-            if (
-                any(c.status in ("timeout", "error") for c in verdict.checks)
-                or not verdict.spurious
-            ):
+            timed_out = [c.condition for c in verdict.checks if c.status == "timeout"]
+            if timed_out:
+                what = f"{solver_guard} reached in the {timed_out[0]} MILP of iteration {it}"
+                return done("UNKNOWN", guard_reason(what), guarded=True)
+            if any(c.status in INCONCLUSIVE for c in verdict.checks) or not verdict.spurious:
                 return done("UNKNOWN", f"verifier inconclusive ({verdict.reason})")
             # witnesses that do not replay in float64 (typically a state within the solver's
             # margin of the boundary g = 0) are no counterexample; they are recorded and used as

@@ -15,14 +15,15 @@ The certificate (kind ``bnn``): ``parameters`` is the complete run configuration
 TOML (role ``config``) and the user's policy file (role ``policy``) relative to the config's folder
 (the working directory for ``--benchmark``), and ``policy.npz`` next to the certificate (role
 ``policy-copy``); ``result`` is a :class:`~safecert.bnn.result.BnnResult` describing the certified
-attempt with the largest ε (SAFE), else the last attempt (UNKNOWN). The record builders here
-(:func:`epsilon_record`, :func:`check_records`) are the ones :mod:`safecert.bnn.check` recomputes
-with, so that writing and checking cannot drift apart.
+attempt with the largest ε (SAFE), else the last attempt (UNKNOWN); its ``machine_dependent`` says
+whether a wall-clock guard cut any part of the search (:func:`search_outcome`). The record
+builders here (:func:`epsilon_record`, :func:`check_records`, :func:`search_outcome`) are the ones
+:mod:`safecert.bnn.check` recomputes with, so that writing and checking cannot drift apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,14 @@ from safecert.bnn.result import (
     StateTransition,
     WitnessRecord,
 )
-from safecert.bnn.search import Attempt, BnnProblem, SearchResult, search_epsilon, search_plan
+from safecert.bnn.search import (
+    Attempt,
+    BnnProblem,
+    SearchResult,
+    search_epsilon,
+    search_plan,
+    stop_reason,
+)
 from safecert.bnn.spec import BayesianSpec, Epsilon
 from safecert.bnn.system import build_system
 from safecert.bnn.verifier import Counterexample, Proof, Unknown
@@ -61,8 +69,8 @@ POLICY_FILE = "policy.npz"
 CERTIFICATE_FILE = "certificate.json"
 PLOT_FILE = "invariant.png"
 CONDITIONS = ("closure", "initial", "unsafe")
-#: ``result.reason`` when the time budget ran out before the first ε
-NO_ATTEMPT = "no ε attempted (time budget)"
+#: ``result.reason`` (then what stopped it) when the wall-clock guard fired before the first ε
+NO_ATTEMPT = "no ε attempted"
 
 
 def epsilon_record(eps: Epsilon, spec: BayesianSpec) -> EpsilonRecord:
@@ -117,8 +125,28 @@ def search_row(attempt: Attempt) -> SearchRow:
         reason=res.reason,
         iterations=res.iterations,
         runtime_s=float(res.runtimes_s["total_s"]),
+        machine_dependent=res.machine_dependent,
         witness=None if res.witness is None else witness_record(res.witness),
     )
+
+
+def search_outcome(
+    rows: Sequence[SearchRow], shown: int | None, stopped: str | None
+) -> tuple[str, bool]:
+    """``result.reason`` and ``result.machine_dependent`` of a search: the reason of the row the
+    certificate describes (``shown``, else :data:`NO_ATTEMPT`), followed by the reason of every
+    other row a wall-clock guard cut and by ``stopped`` (:func:`~safecert.bnn.search.stop_reason`,
+    when the guard of the whole search ended it). Machine-dependent when any of those is there."""
+    base = rows[shown].reason if shown is not None else NO_ATTEMPT
+    notes = [
+        f"at ε = {_shown(row)}: {row.reason}"
+        for i, row in enumerate(rows)
+        if row.machine_dependent and i != shown
+    ]
+    if stopped is not None:
+        notes.append(stopped)
+    machine_dependent = any(row.machine_dependent for row in rows) or stopped is not None
+    return "; ".join([base, *notes]), machine_dependent
 
 
 def witness_record(witness: Witness) -> WitnessRecord:
@@ -144,20 +172,28 @@ def build_result(problem: BnnProblem, found: SearchResult) -> BnnResult:
     from safecert.bnn.sampling import acceptance_probability
 
     cfg, spec = problem.config, problem.spec
+    plan = search_plan(cfg)
     shown = described_attempt(found)
-    eps = shown.epsilon if shown is not None else search_plan(cfg).ladder[0]
+    eps = shown.epsilon if shown is not None else plan.ladder[0]
+    rows = [search_row(a) for a in found.attempts]
+    reason, machine_dependent = search_outcome(
+        rows,
+        next((i for i, a in enumerate(found.attempts) if a is shown), None),
+        None if found.stopped is None else stop_reason(plan, found.stopped),
+    )
     common: dict[str, Any] = {
         "system": problem.bench.name,
         "solver": cfg.solver,
         "verifier_margin": problem.verifier_margin,
+        "reason": reason,
+        "machine_dependent": machine_dependent,
         "epsilon": epsilon_record(eps, spec),
         "acceptance_probability": acceptance_probability(problem.box(eps), spec),
-        "search": [search_row(a) for a in found.attempts],
+        "search": rows,
     }
     if shown is None:
         return BnnResult(
             **common,
-            reason=NO_ATTEMPT,
             checks=check_records(None),
             invariant=None,
             iterations=0,
@@ -174,7 +210,6 @@ def build_result(problem: BnnProblem, found: SearchResult) -> BnnResult:
     runtimes = {k: float(v) for k, v in res.runtimes_s.items()}
     return BnnResult(
         **common,
-        reason=res.reason,
         checks=check_records(last),
         invariant=InvariantRecord(
             hidden=list(cfg.invariant.hidden),
@@ -252,6 +287,7 @@ class BnnRun:
             "epsilon_record": r.epsilon.model_dump(mode="json"),
             "checks": r.checks.model_dump(mode="json"),
             "reason": r.reason,
+            "machine_dependent": r.machine_dependent,
             "iterations": r.iterations,
             "runtimes_s": None if r.runtimes_s is None else r.runtimes_s.model_dump(mode="json"),
             "search": [{**row.model_dump(mode="json"), "epsilon": _shown(row)} for row in r.search],
@@ -292,11 +328,10 @@ def certify_run(
     problem.progress = progress
     plan = search_plan(cfg)
     found = search_epsilon(
-        lambda e, warm, limit: problem.run(e, warm, limit),
+        lambda e, warm, limit: problem.run(e, warm, limit, plan.guard_key),
         plan.ladder,
         total_time_s=plan.total_time_s,
         bisection_steps=plan.bisection_steps,
-        clock=cfg.limits.clock,
     )
     cert, shown = build_certificate(problem, found, inputs)
     plot = None

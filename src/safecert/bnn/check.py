@@ -16,7 +16,14 @@ is one failing check showing both values:
   every row must be the one the search would have tried next, and the certified ε is the largest
   SAFE row's. The ε record (value, unit, ε/σ, absolute half-width per layer, from the Bayesian spec
   that ``parameters.bayesian`` gives for the policy) and ``acceptance_probability`` are recomputed
-  for that ε; ``reason`` and ``iterations`` must be those of its row.
+  for that ε; ``reason`` and ``iterations`` must be those of its row (the reason followed by
+  those of the rows a wall-clock guard cut and, where the replayed search would have tried another
+  ε, the guard that stopped it: :func:`~safecert.bnn.certify.search_outcome`).
+* **machine-dependent** — a row is ``machine_dependent`` exactly when its reason is a wall-clock
+  guard's (and then UNKNOWN); ``result.machine_dependent`` is re-derived from the rows and from
+  whether the search stopped before its plan was done. Every budget that decides a result is work
+  (``parameters.limits.max_iterations``, ``solver_nodes``, …), so where no guard fired the run is
+  reproducible on any machine; where one fired the certificate says so and claims nothing more.
 * **SAFE** — the system is rebuilt from ``parameters.dynamics`` and ``parameters.sets`` (embedded
   in the certificate: no packaged-benchmark lookup), the weight box from the policy copy, the spec
   and the derived ε; the three MILP checks (closure, initial, unsafe) are re-run on the stored
@@ -36,8 +43,8 @@ is one failing check showing both values:
 
 Descriptive only (history of the run, not re-derivable without re-running CEGIS): counterexamples,
 verifier calls, sampled violations, spurious witnesses, runtimes. A malformed ``parameters`` or
-missing evidence is one :class:`~safecert.errors.DataError` line (exit 2); a mismatch is a failing
-check (exit 1).
+missing evidence is one :class:`~safecert.errors.DataError` line (exit 2), as is a certificate
+from before work-unit budgets (``parameters.limits.clock``); a mismatch is a failing check (exit 1).
 """
 
 from __future__ import annotations
@@ -48,13 +55,14 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, check_records, epsilon_record
-from safecert.bnn.config import BnnConfig, bayesian_spec
+from safecert.bnn.cegis import WALL_CLOCK_GUARD
+from safecert.bnn.certify import POLICY_FILE, check_records, epsilon_record, search_outcome
+from safecert.bnn.config import REMOVED_LIMITS, BnnConfig, bayesian_spec
 from safecert.bnn.dynamics import System
 from safecert.bnn.networks import ReluNetwork, load_policy, read_policy_file
 from safecert.bnn.result import BnnResult, SearchRow
 from safecert.bnn.sampling import acceptance_probability
-from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
+from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan, stop_reason
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.system import build_system
 from safecert.bnn.verifier import DEFAULT_MARGIN, Proof
@@ -107,13 +115,20 @@ def check(
     report.equal("solver", cfg.solver, r.solver)
     report.equal("verifier_margin", DEFAULT_MARGIN, r.verifier_margin)
 
-    eps, row, certified = replay_search(search_plan_of(cfg), r.search, report)
+    plan = search_plan_of(cfg)
+    eps, shown, certified, nxt = replay_search(plan, r.search, report)
+    row = r.search[shown] if shown is not None else None
     report.compare_documents("epsilon", epsilon_record(eps, spec), r.epsilon)
     box = spec.box(mean, eps)
     report.equal(
         "acceptance_probability", acceptance_probability(box, spec), r.acceptance_probability
     )
-    report.equal("reason", row.reason if row is not None else NO_ATTEMPT, r.reason)
+    check_guards(r.search, report)
+    reason, machine_dependent = search_outcome(
+        r.search, shown, None if nxt is None else stop_reason(plan, nxt)
+    )
+    report.equal("reason", reason, r.reason)
+    report.equal("machine_dependent", machine_dependent, r.machine_dependent)
     report.equal("iterations", row.iterations if row is not None else 0, r.iterations)
     check_witnesses(r.search, bench, mean, spec, report)
     g = invariant_of(r, cfg, bench, report)
@@ -128,7 +143,16 @@ def check(
 # ---- parameters ---------------------------------------------------------------------------------
 def parameters_config(parameters: dict[str, Any]) -> BnnConfig:
     """``parameters`` as the run's :class:`BnnConfig`: every key present (no default fills a gap),
-    nothing coerced; the first problem is one DataError naming ``parameters.KEY``."""
+    nothing coerced; the first problem is one DataError naming ``parameters.KEY``. A key that
+    was removed (``limits.clock``: budgets were seconds then) names the certificate as old."""
+    limits = parameters.get("limits") if isinstance(parameters, dict) else None
+    for key, (what, _fix) in REMOVED_LIMITS.items():
+        if isinstance(limits, dict) and key in limits:
+            raise DataError(
+                f"a certificate from before work-unit budgets ({key} {what})",
+                field=f"parameters.limits.{key}",
+                fix="re-run safecert bnn verify with this version to regenerate it",
+            )
     _require_every_key(BnnConfig, parameters, "parameters")
     try:
         return BnnConfig.model_validate(parameters, strict=True)
@@ -243,10 +267,11 @@ def check_policy_source(
 # ---- ε ------------------------------------------------------------------------------------------
 def replay_search(
     plan: SearchPlan, rows: list[SearchRow], report: VerificationReport
-) -> tuple[Epsilon, SearchRow | None, bool]:
+) -> tuple[Epsilon, int | None, bool, Epsilon | None]:
     """Replay the ε search with the rows' verdicts: the ε each row must hold, checked. Returns the
     ε the certificate must describe (the largest SAFE row's, else the last row's, else the first
-    planned), that row, and whether a row says SAFE."""
+    planned), the index of that row, whether a row says SAFE, and the ε the search would have
+    tried after the rows (None when its plan was done: else its wall-clock guard stopped it)."""
     seq = epsilon_sequence(plan.ladder, plan.bisection_steps)
     expected: list[Epsilon] = []
     nxt = next(seq, None)
@@ -266,10 +291,20 @@ def replay_search(
     safe = [i for i, row in enumerate(rows[: len(expected)]) if row.verdict == "SAFE"]
     if safe:
         i = max(safe, key=lambda k: expected[k].value)
-        return expected[i], rows[i], True
+        return expected[i], i, True, nxt
     if expected:
-        return expected[-1], rows[len(expected) - 1], False
-    return plan.ladder[0], None, False
+        return expected[-1], len(expected) - 1, False, nxt
+    return plan.ladder[0], None, False, nxt
+
+
+def check_guards(rows: list[SearchRow], report: VerificationReport) -> None:
+    """Each row is ``machine_dependent`` exactly when its reason is a wall-clock guard's, and such
+    a row certifies nothing (UNKNOWN)."""
+    for i, row in enumerate(rows):
+        guarded = row.reason.startswith(WALL_CLOCK_GUARD)
+        report.equal(f"search[{i}].machine_dependent", guarded, row.machine_dependent)
+        if guarded or row.machine_dependent:
+            report.equal(f"search[{i}].verdict (wall-clock guard)", "UNKNOWN", row.verdict)
 
 
 def check_witnesses(

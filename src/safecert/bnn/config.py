@@ -17,12 +17,13 @@ Example (``examples/bnn/lds.toml``)::
     ladder = ["0.5sigma", "1sigma", "1.5sigma", "2sigma"]
     bisection_steps = 0
 
-    [limits]
-    per_epsilon_s = 300         # one CEGIS run (Alg. 1) → UNKNOWN when exceeded
-    total_s = 1800              # the whole ε search
-    solver_s = 120              # one MILP
-    max_iterations = 200        # CEGIS iterations per ε
-    clock = "wall"              # or "cpu": limits in this process's CPU seconds (shared machines)
+    [limits]                    # budgets in work: same config, same certificate, any machine
+    max_iterations = 200        # CEGIS iterations (learner rounds) per ε → UNKNOWN when spent
+    solver_nodes = 100000       # branch-and-bound nodes per MILP → UNKNOWN ("node limit")
+    # wall-clock guards only (a run they cut is UNKNOWN and marked machine_dependent)
+    per_epsilon_s = 1800        # one CEGIS run (Alg. 1)
+    total_s = 7200              # the whole ε search
+    solver_s = 600              # one MILP
 
 ``--benchmark NAME`` builds the same model from the published setup (:func:`benchmark_config`).
 """
@@ -79,6 +80,7 @@ class LearnerSettings:
 #: stated limits on sizes and times (absurd values are refused at the door, not allocated)
 MAX_SAMPLES = 1_000_000
 MAX_SECONDS = 1e7
+MAX_NODES = 10**9
 
 DEFAULT_LADDER = ("0.5sigma", "1sigma", "1.5sigma", "2sigma", "2.5sigma", "3sigma")
 
@@ -130,14 +132,48 @@ class SearchConfig(_Model):
         return v
 
 
+#: ``[limits]`` keys that no longer exist, and what to do instead (one line, exit 2)
+REMOVED_LIMITS = {
+    "clock": (
+        "was removed: budgets are counted in work (max_iterations, solver_nodes), and "
+        "per_epsilon_s, total_s and solver_s are wall-clock guards only",
+        "delete the key; to bound the work set limits.max_iterations or limits.solver_nodes",
+    ),
+}
+
+
 class LimitsConfig(_Model):
-    per_epsilon_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
-    total_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS)
-    solver_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS)
-    max_iterations: int = Field(default=200, ge=1, le=1_000_000)
-    clock: Literal["wall", "cpu"] = Field(
-        default="wall", description="cpu: budgets in process CPU time"
+    """``[limits]``: the work budgets that decide a result (the same on every machine) and the
+    wall-clock guards that only stop a run that would not end (a run they cut is UNKNOWN and
+    ``machine_dependent``)."""
+
+    max_iterations: int = Field(
+        default=200, ge=1, le=1_000_000, description="CEGIS iterations (learner rounds) per ε"
     )
+    solver_nodes: int = Field(
+        default=100_000,
+        ge=1,
+        le=MAX_NODES,
+        description="branch-and-bound nodes per MILP (HiGHS mip_max_nodes, SCIP limits/totalnodes)",
+    )
+    per_epsilon_s: float = Field(
+        default=1800.0, gt=0, le=MAX_SECONDS, description="wall-clock guard of one ε attempt"
+    )
+    total_s: float = Field(
+        default=7200.0, gt=0, le=MAX_SECONDS, description="wall-clock guard of the ε search"
+    )
+    solver_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="wall-clock guard of one MILP"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for key, (what, fix) in REMOVED_LIMITS.items():
+                if key in data:
+                    raise ConfigError(what, field=f"limits.{key}", fix=fix)
+        return data
 
 
 class InvariantConfig(_Model):

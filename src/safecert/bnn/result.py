@@ -7,16 +7,21 @@ the time budget ran out before any ε was attempted, ``sigma`` when ε cannot be
 
 Layout::
 
-    system, solver, verifier_margin, reason
+    system, solver, verifier_margin, reason, machine_dependent
     epsilon      {value, unit: "sigma"|"absolute", sigma: ε/σ | null, absolute: [half-width per layer]}
     acceptance_probability      Π_i P(|N(0, σ_i)| ≤ ε_i): one raw posterior draw lies in W_ε
-    checks       {closure|initial|unsafe: "infeasible" | "not reached" | "timeout" | "error" |
-                  "witness did not replay" | {"counterexample": {x, x_next}}}
+    checks       {closure|initial|unsafe: "infeasible" | "not reached" | "node limit" | "timeout" |
+                  "error" | "witness did not replay" | {"counterexample": {x, x_next}}}
     invariant    {hidden, layers: [{W, b}, …]} | null          (Inv = {x ∈ B : g(x) ≥ 0})
     iterations, verifier_calls, sampled_violations, spurious_witnesses, counterexamples [{…}]
     runtimes_s   {learner_s, verifier_s, falsifier_s, total_s, wall_s, search_s} | null
-    search       [{epsilon, unit, verdict, reason, iterations, runtime_s,
+    search       [{epsilon, unit, verdict, reason, iterations, runtime_s, machine_dependent,
                    witness: {x0, weights: [[{W, b}, …] per step]} | null}, …]  (every ε tried)
+
+``machine_dependent`` is true where a wall-clock guard (``limits.per_epsilon_s``, ``total_s``,
+``solver_s``) cut the run: its reason then begins ``wall-clock guard`` and another machine, or the
+same one under another load, may reach a different result. Where it is false every field but the
+timings follows from ``parameters`` and the evidence, bit for bit.
 
 What ``safecert verify`` re-derives from ``parameters`` and the evidence and what is descriptive
 only is listed in :mod:`safecert.bnn.check`. This module imports nothing but pydantic, so that
@@ -25,7 +30,9 @@ reading any certificate never needs the BNN engine's dependencies.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import model_validator
 
 from safecert.document import StrictModel
 
@@ -59,7 +66,7 @@ class CounterexampleOutcome(StrictModel):
 
 
 CheckOutcome = (
-    Literal["infeasible", "not reached", "timeout", "error", "witness did not replay"]
+    Literal["infeasible", "not reached", "node limit", "timeout", "error", "witness did not replay"]
     | CounterexampleOutcome
 )
 
@@ -93,8 +100,9 @@ class CounterexampleRecord(StateTransition):
 
 
 class Runtimes(StrictModel):
-    """Seconds spent in the described attempt (on the configured clock; ``wall_s`` always wall
-    clock) and in the whole search. Descriptive: timings cannot be re-derived and are not
+    """Seconds spent in the described attempt — ``learner_s``, ``verifier_s``, ``falsifier_s`` and
+    ``total_s`` in this process's CPU seconds, ``wall_s`` on the wall clock — and in the whole
+    search (``search_s``, wall clock). Descriptive: timings cannot be re-derived and are not
     checked."""
 
     learner_s: float
@@ -117,7 +125,8 @@ class WitnessRecord(StrictModel):
 class SearchRow(StrictModel):
     """One ε tried, in order, with what Alg. 1 said. ``safecert verify`` replays the search's ε
     sequence from the verdicts and checks these ε values against it, and replays ``witness`` where
-    a row holds one; ``runtime_s`` is descriptive."""
+    a row holds one; ``machine_dependent`` must agree with the reason (a wall-clock guard's);
+    ``runtime_s`` (CPU seconds) is descriptive."""
 
     epsilon: float
     unit: Unit
@@ -125,6 +134,7 @@ class SearchRow(StrictModel):
     reason: str
     iterations: int
     runtime_s: float
+    machine_dependent: bool
     witness: WitnessRecord | None
 
 
@@ -138,7 +148,8 @@ class BnnResult(StrictModel):
 
     Re-derived by ``safecert verify``: ``system``, ``solver``, ``verifier_margin``, ``epsilon``,
     ``acceptance_probability``, ``checks`` (SAFE), ``reason`` and ``iterations`` (against the
-    search row described), the ε values in ``search``, the invariant's shape. Descriptive only:
+    search row described, with what a guard that stopped the search adds), ``machine_dependent``,
+    the ε values in ``search``, the invariant's shape. Descriptive only:
     ``verifier_calls``, ``sampled_violations``, ``spurious_witnesses``, ``counterexamples``,
     ``runtimes_s`` and the rows' ``runtime_s`` (history of the run; re-deriving them would mean
     re-running CEGIS).
@@ -148,6 +159,7 @@ class BnnResult(StrictModel):
     solver: str
     verifier_margin: float
     reason: str
+    machine_dependent: bool
     epsilon: EpsilonRecord
     acceptance_probability: float
     checks: Checks
@@ -159,3 +171,13 @@ class BnnResult(StrictModel):
     counterexamples: list[CounterexampleRecord]
     runtimes_s: Runtimes | None
     search: list[SearchRow]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_format(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "machine_dependent" not in data:
+            raise ValueError(
+                "a certificate from before work-unit budgets (no machine_dependent): "
+                "re-run safecert bnn verify to regenerate it"
+            )
+        return data

@@ -19,12 +19,17 @@ system each attempt first spends ``data.witness_rollouts`` rollouts looking for 
 trajectory with weights in the box (:func:`~safecert.bnn.witness.find_witness`); one that replays
 shows that no invariant exists at this ε, and the attempt ends at once (UNKNOWN, the trajectory as
 the reason). The verdict is still the verifier's alone.
+
+Every budget is work (``limits.max_iterations``, ``limits.solver_nodes``, the ``[data]`` sample
+and rollout counts, the ``[learner]`` epochs), so a config gives the same certificate on any
+machine at any load. ``limits.per_epsilon_s``, ``limits.total_s`` and ``limits.solver_s`` are
+wall-clock guards only: an attempt or a search a guard cuts short says so in its reason
+(:func:`~safecert.bnn.cegis.guard_reason`) and is ``machine_dependent``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
@@ -32,12 +37,14 @@ from typing import TYPE_CHECKING, TypeAlias
 import numpy as np
 
 from safecert.bnn.cegis import (
-    CLOCKS,
     CegisResult,
     CegisSettings,
     SamplingFalsifier,
     cegis,
+    cpu_clock,
+    guard_reason,
     initial_data,
+    wall_clock,
 )
 from safecert.bnn.config import BnnConfig
 from safecert.bnn.dynamics import System
@@ -80,18 +87,24 @@ class BnnProblem:
         return self.spec.box(self.mean, epsilon)
 
     def run(
-        self, epsilon: Epsilon, warm: Warm = None, time_limit_s: float | None = None
+        self,
+        epsilon: Epsilon,
+        warm: Warm = None,
+        time_limit_s: float | None = None,
+        guard_key: str = "limits.total_s",
     ) -> CegisResult:
         """Alg. 1 at ``epsilon``: fresh D_spec (optionally bootstrapped under this ε's box; exact
         labels on a finite system, module docstring) unless ``warm`` gives a previous invariant
         and its data. Seeded from ``config.seed`` and ε. The verifier also learns from the
-        solver's other incumbents that replay (``incumbents``)."""
+        solver's other incumbents that replay (``incumbents``). The wall-clock guard is
+        ``limits.per_epsilon_s``, or ``time_limit_s`` (the search's remaining ``guard_key``)
+        where that is smaller."""
         cfg = self.config
         box = self.box(epsilon)
         seed_seq = np.random.SeedSequence([cfg.seed, int(round(epsilon.value * 1e6))])
         rng = np.random.default_rng(seed_seq)
-        now = CLOCKS[cfg.limits.clock]
-        t0, wall0 = now(), time.perf_counter()
+        now = cpu_clock
+        t0, wall0 = now(), wall_clock()
         finite = analyse_finite(self.bench, box) if is_finite(self.bench) else None
         if finite is not None and not finite.initial_inside:
             path = finite.witness
@@ -110,9 +123,11 @@ class BnnProblem:
                 self._learner(),
                 seed_seq,
                 now() - t0,
-                time.perf_counter() - wall0,
+                wall_clock() - wall0,
             )
-        limit_s = min(cfg.limits.per_epsilon_s, time_limit_s or np.inf)
+        limit_s, limit_key = cfg.limits.per_epsilon_s, "limits.per_epsilon_s"
+        if time_limit_s is not None and time_limit_s < limit_s:
+            limit_s, limit_key = time_limit_s, guard_key
         if finite is None and cfg.data.witness_rollouts > 0:
             witness = find_witness(
                 self.bench,
@@ -120,8 +135,23 @@ class BnnProblem:
                 np.random.default_rng(seed_seq.spawn(1)[0]),
                 evals=cfg.data.witness_rollouts,
                 horizon=cfg.data.witness_horizon,
-                stop=lambda: now() - t0 > limit_s,  # never past the attempt's budget
+                stop=lambda: wall_clock() - wall0 > limit_s,  # the guard, never the budget
             )
+            if wall_clock() - wall0 > limit_s:  # cut short: what it found depends on the machine
+                reason = guard_reason(f"{limit_key} reached in the witness search")
+                log.info("ε = %s: %s", epsilon, reason)
+                empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
+                return _settled(
+                    reason,
+                    None,
+                    empty,
+                    warm,
+                    self._learner(),
+                    seed_seq,
+                    now() - t0,
+                    wall_clock() - wall0,
+                    machine_dependent=True,
+                )
             if witness is not None:
                 log.info("ε = %s: %s", epsilon, witness.describe())
                 empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
@@ -133,10 +163,10 @@ class BnnProblem:
                     self._learner(),
                     seed_seq,
                     now() - t0,
-                    time.perf_counter() - wall0,
+                    wall_clock() - wall0,
                 )
         # the finite analysis or the witness search: verification work of this attempt
-        checked_s, checked_wall = now() - t0, time.perf_counter() - wall0
+        checked_s, checked_wall = now() - t0, wall_clock() - wall0
         if finite is not None and warm is None and cfg.data.bootstrap:
             # the exact labels replace the Monte-Carlo bootstrap: label 0 is right (the state is
             # in no certifiable invariant), label 1 (the maximal invariant) is one valid choice
@@ -178,6 +208,7 @@ class BnnProblem:
             box,
             solver=cfg.solver,
             time_limit_s=cfg.limits.solver_s,
+            node_limit=cfg.limits.solver_nodes,
             threads=1,
             first_feasible=False,
             strict_closure=self.strict_closure,
@@ -191,10 +222,10 @@ class BnnProblem:
         )
         settings = CegisSettings(
             max_iterations=cfg.limits.max_iterations,
-            time_limit_s=limit_s - (now() - t0),
+            guard_s=limit_s - (wall_clock() - wall0),
+            guard_key=limit_key,
             seed=int(seed_seq.generate_state(1)[0]),
             retrain=cfg.learner.retrain,
-            clock=cfg.limits.clock,
         )
         log.info("cegis at ε = %s (warm start: %s)", epsilon, warm is not None)
         result = cegis(
@@ -228,11 +259,12 @@ def _settled(
     seed_seq: np.random.SeedSequence,
     spent_s: float,
     wall_s: float,
+    machine_dependent: bool = False,
 ) -> CegisResult:
-    """The attempt at an ε where no certificate is possible (X0 is not inside the maximal
-    invariant of a finite system, or an unsafe trajectory with weights in the box replayed): no
-    CEGIS is run; UNKNOWN (nothing is certified) with ``reason`` and the replayed ``witness``
-    where there is one. The recorded candidate and data are the warm start's, else an untrained
+    """The attempt at an ε that ends before CEGIS (X0 is not inside the maximal invariant of a
+    finite system, an unsafe trajectory with weights in the box replayed, or the wall-clock guard
+    fired in the witness search): UNKNOWN (nothing is certified) with ``reason`` and the replayed
+    ``witness`` where there is one. The recorded candidate and data are the warm start's, else an untrained
     network and ``data``."""
     g = warm[0] if warm is not None else learner.new_network(int(seed_seq.generate_state(1)[0]))
     data = warm[1].copy() if warm is not None else data
@@ -245,6 +277,7 @@ def _settled(
         data,
         runtimes_s={**times, "total_s": spent_s, "wall_s": wall_s},
         witness=witness,
+        machine_dependent=machine_dependent,
     )
 
 
@@ -262,10 +295,13 @@ class Attempt:
 
 @dataclass
 class SearchResult:
-    """All attempts in order; ``best`` is the certified attempt with the largest ε (or None)."""
+    """All attempts in order; ``best`` is the certified attempt with the largest ε (or None).
+    ``stopped`` is the ε the search would have tried next when its wall-clock guard ended it
+    (machine-dependent), else None; ``total_s`` is wall-clock seconds."""
 
     attempts: list[Attempt] = field(default_factory=list)
     total_s: float = 0.0
+    stopped: Epsilon | None = None
 
     @property
     def best(self) -> Attempt | None:
@@ -278,11 +314,13 @@ RunFn = Callable[[Epsilon, Warm, float], CegisResult]
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """What a run searches: the ladder, the bisection steps and the time budget (seconds)."""
+    """What a run searches: the ladder, the bisection steps and the wall-clock guard of the
+    whole search (seconds, and the config key it comes from)."""
 
     ladder: tuple[Epsilon, ...]
     bisection_steps: int
     total_time_s: float
+    guard_key: str
 
 
 def search_plan(cfg: BnnConfig) -> SearchPlan:
@@ -294,8 +332,17 @@ def search_plan(cfg: BnnConfig) -> SearchPlan:
             tuple(parse_epsilon(e) for e in cfg.search.ladder),
             cfg.search.bisection_steps,
             cfg.limits.total_s,
+            "limits.total_s",
         )
-    return SearchPlan((cfg.epsilon_value(),), 0, cfg.limits.per_epsilon_s)
+    return SearchPlan((cfg.epsilon_value(),), 0, cfg.limits.per_epsilon_s, "limits.per_epsilon_s")
+
+
+def stop_reason(plan: SearchPlan, next_epsilon: Epsilon) -> str:
+    """What a search its wall-clock guard ended says (:func:`~safecert.bnn.cegis.guard_reason`);
+    the checker re-derives it from the plan and the ε the replayed search would try next."""
+    return guard_reason(
+        f"{plan.guard_key} = {plan.total_time_s:g} s reached before ε = {next_epsilon}"
+    )
 
 
 def epsilon_sequence(
@@ -332,13 +379,12 @@ def search_epsilon(
     *,
     total_time_s: float,
     bisection_steps: int = 0,
-    clock: str = "wall",
 ) -> SearchResult:
     """Largest certified ε on ``ladder`` (increasing, one unit), then ``bisection_steps`` halvings
     of the gap to the first failure (or to 0 when the first rung fails): the ε values of
-    :func:`epsilon_sequence`. ``run(ε, warm, limit_s)`` runs Alg. 1; the search stops when
-    ``total_time_s`` (on ``clock``, see :data:`~safecert.bnn.cegis.CLOCKS`) is spent."""
-    now = CLOCKS[clock]
+    :func:`epsilon_sequence`. ``run(ε, warm, limit_s)`` runs Alg. 1; the wall-clock guard
+    ``total_time_s`` stops the search before an ε once it is spent (``SearchResult.stopped``)."""
+    now = wall_clock
     t0 = now()
     out = SearchResult()
     warm: Warm = None
@@ -347,7 +393,8 @@ def search_epsilon(
     while e is not None:
         remaining = total_time_s - (now() - t0)
         if remaining <= 0:
-            log.info("ε search: time budget spent before %s", e)
+            log.info("ε search: wall-clock guard spent before %s", e)
+            out.stopped = e
             break
         res = run(e, warm, remaining)
         a = Attempt(e, res)

@@ -7,8 +7,18 @@
 * ``"infeasible"`` — the solver proved that no point satisfies the rows within its tolerances;
 * ``"feasible"`` — ``values`` holds a witness (``optimal`` says whether it is proven optimal;
   ``bound`` is the solver's dual bound on the objective, valid even when stopped early);
-* ``"timeout"`` — the time limit passed without a witness or a proof;
+* ``"node_limit"`` — the branch-and-bound node budget (``node_limit``) was spent without a witness
+  or a proof: a deterministic outcome, the same on every machine;
+* ``"timeout"`` — the wall-clock guard (``time_limit_s``) passed without a witness or a proof: it
+  depends on the machine and its load;
 * ``"error"`` — anything else (``message`` says what).
+
+Budgets are counted in work so that equal inputs give equal answers on any machine: ``node_limit``
+is HiGHS's ``mip_max_nodes`` and SCIP's ``limits/totalnodes``; every solve runs on one thread with
+a fixed random seed (HiGHS ``threads = 1``, ``random_seed = 0``; SCIP ``randomseedshift = 0``,
+``parallel/maxnthreads = 1``). ``time_limit_s`` is only an outer guard. (HiGHS 1.16's
+``simplex_iteration_limit`` does not bound a MILP's total work — it applies to each LP — so the
+node budget is the one work limit here.)
 
 ``stop_at_first=True`` stops at the first feasible point (``mip_max_improving_sols = 1`` in
 HiGHS, ``limits/solutions = 1`` in SCIP): use it where any witness will do.
@@ -38,7 +48,7 @@ if TYPE_CHECKING:
     import highspy
 
 SOLVERS = ("highs", "scip")
-Status = Literal["infeasible", "feasible", "timeout", "error"]
+Status = Literal["infeasible", "feasible", "node_limit", "timeout", "error"]
 
 
 @dataclass
@@ -215,6 +225,7 @@ def _highs(
     threads: int,
     feastol: float | None,
     keep_incumbents: bool = False,
+    node_limit: int | None = None,
 ) -> SolveResult:
     import highspy
 
@@ -226,6 +237,8 @@ def _highs(
     h.setOptionValue("mip_rel_gap", gap)
     if time_limit_s is not None:
         h.setOptionValue("time_limit", float(time_limit_s))
+    if node_limit is not None:
+        h.setOptionValue("mip_max_nodes", int(node_limit))
     if stop_at_first:
         h.setOptionValue("mip_max_improving_sols", 1)
     if keep_incumbents and milp.n_integer:
@@ -278,6 +291,10 @@ def _highs(
         )
     if ms == S.kTimeLimit:
         return SolveResult("timeout", "highs", runtime, bound=bound, message="time limit")
+    if ms == S.kSolutionLimit and milp.n_integer:  # without a solution: the node budget
+        return SolveResult(
+            "node_limit", "highs", runtime, bound=bound, message=f"node limit {node_limit}"
+        )
     return SolveResult("error", "highs", runtime, message=h.modelStatusToString(ms))
 
 
@@ -289,17 +306,21 @@ def _scip(
     threads: int,
     feastol: float | None,
     keep_incumbents: bool = False,
+    node_limit: int | None = None,
 ) -> SolveResult:
     import pyscipopt
 
     m = pyscipopt.Model()
     m.hideOutput()
     m.setParam("randomization/randomseedshift", 0)
+    m.setParam("parallel/maxnthreads", max(1, int(threads)))
     m.setParam("limits/gap", gap)
     if feastol is not None:
         m.setParam("numerics/feastol", feastol)
     if time_limit_s is not None:
         m.setParam("limits/time", float(time_limit_s))
+    if node_limit is not None:
+        m.setParam("limits/totalnodes", int(node_limit))
     if stop_at_first:
         m.setParam("limits/solutions", 1)
     xs = [
@@ -329,6 +350,8 @@ def _scip(
         "timelimit",
         "sollimit",
         "gaplimit",
+        "nodelimit",
+        "totalnodelimit",
         "userinterrupt",
     ):
         sol = m.getBestSol()
@@ -350,6 +373,10 @@ def _scip(
         )
     if status == "timelimit":
         return SolveResult("timeout", "scip", runtime, bound=bound, message="time limit")
+    if status in ("nodelimit", "totalnodelimit"):
+        return SolveResult(
+            "node_limit", "scip", runtime, bound=bound, message=f"node limit {node_limit}"
+        )
     return SolveResult("error", "scip", runtime, message=status)
 
 
@@ -363,18 +390,27 @@ def solve(
     threads: int = 1,
     feastol: float | None = None,
     keep_incumbents: bool = False,
+    node_limit: int | None = None,
 ) -> SolveResult:
     """Solve ``milp`` with ``solver`` (``"highs"`` or ``"scip"``); see :class:`SolveResult`.
     ``feastol`` overrides the solvers' feasibility tolerances (default ≈1e-6);
-    ``keep_incumbents`` returns the other feasible points found in ``SolveResult.pool``."""
+    ``keep_incumbents`` returns the other feasible points found in ``SolveResult.pool``;
+    ``node_limit`` is the deterministic budget in branch-and-bound nodes, ``time_limit_s`` the
+    wall-clock guard (module docstring)."""
     if solver not in SOLVERS:
         raise SolverError(f"unknown solver {solver!r}", field="solver", fix=f"use one of {SOLVERS}")
     if time_limit_s is not None and not time_limit_s > 0:
         raise SolverError(
             f"time limit must be > 0 s, got {time_limit_s}", field="time_limit_s", fix="use e.g. 60"
         )
+    if node_limit is not None and not node_limit >= 1:
+        raise SolverError(
+            f"node limit must be >= 1, got {node_limit}", field="node_limit", fix="use e.g. 100000"
+        )
     run = _highs if solver == "highs" else _scip
-    return run(milp, time_limit_s, stop_at_first, gap, threads, feastol, keep_incumbents)
+    return run(
+        milp, time_limit_s, stop_at_first, gap, threads, feastol, keep_incumbents, node_limit
+    )
 
 
 class LpSession:

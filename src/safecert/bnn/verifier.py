@@ -16,7 +16,8 @@ float64 (:mod:`safecert.bnn.replay`); only a replayed witness becomes a :class:`
 witness that does not replay lies within the solver tolerance of the boundary (typically
 ``g(x) = −margin``); the question is then asked strictly (``g(x) ≥ robust_margin``, …) to find a
 violation that survives float64; if none replays, the witnesses are kept in ``Unknown.spurious``
-(reported, never used silently). A time limit gives :class:`Unknown`, never "unsafe".
+(reported, never used silently). A spent node budget (``node_limit``, deterministic) or the
+wall-clock guard (``time_limit_s``, machine-dependent) gives :class:`Unknown`, never "unsafe".
 
 Soundness margin: each query is relaxed by ``margin`` (``g(x) ≥ −margin``, ``g(x') ≤ margin``, …), so
 an infeasibility verdict also covers the solver's feasibility tolerance (≈1e-6). The proof is that
@@ -53,7 +54,9 @@ from safecert.bnn.spec import WeightBox
 from safecert.errors import ConfigError
 
 Condition = Literal["closure", "initial", "unsafe", "problem1"]
-CheckStatus = Literal["infeasible", "counterexample", "spurious", "timeout", "error"]
+CheckStatus = Literal["infeasible", "counterexample", "spurious", "node limit", "timeout", "error"]
+#: statuses that end a question without an answer (``timeout``: the wall-clock guard)
+INCONCLUSIVE: tuple[CheckStatus, ...] = ("node limit", "timeout", "error")
 
 #: the soundness margin of every query (module docstring): what ``safecert bnn verify`` proves
 #: with, records in its certificate and ``safecert verify`` re-checks with
@@ -110,7 +113,8 @@ class Proof:
 
 @dataclass(frozen=True)
 class Unknown:
-    """Neither proof nor counterexample: a time limit, a solver error, or only spurious witnesses."""
+    """Neither proof nor counterexample: a node budget or the wall-clock guard spent, a solver
+    error, or only spurious witnesses."""
 
     reason: str
     checks: tuple[CheckResult, ...]
@@ -137,7 +141,8 @@ class _Query:
 class Verifier:
     """Checks invariant candidates for one benchmark and one policy weight box.
 
-    ``solver``: ``"highs"`` (default) or ``"scip"``; ``time_limit_s`` per MILP; ``tighten``: LP-tighten
+    ``solver``: ``"highs"`` (default) or ``"scip"``; ``node_limit``: branch-and-bound nodes per MILP
+    (the deterministic budget); ``time_limit_s``: wall-clock guard per MILP; ``tighten``: LP-tighten
     the policy's and ``g(x')``'s hidden bounds; ``first_feasible``: stop each solve at its first
     witness (re-solved to optimality only if that witness does not replay); ``strict_closure``: ask
     the closure question strictly first (for counterexample generation, see :func:`decide`) — the
@@ -160,6 +165,7 @@ class Verifier:
         threads: int = 1,
         strict_closure: bool = False,
         incumbents: bool = False,
+        node_limit: int | None = None,
     ) -> None:
         if policy.mean.in_dim != bench.state_dim or policy.mean.out_dim != bench.n_actions:
             raise ConfigError(
@@ -184,7 +190,7 @@ class Verifier:
         self.solver, self.time_limit_s, self.tighten = solver, time_limit_s, tighten
         self.margin, self.first_feasible, self.threads = margin, first_feasible, threads
         self.robust_margin, self.strict_closure = robust_margin, strict_closure
-        self.incumbents = incumbents
+        self.incumbents, self.node_limit = incumbents, node_limit
 
     # ---- public ---------------------------------------------------------------------------
     def check(self, g: ReluNetwork) -> Verdict:
@@ -315,6 +321,7 @@ class Verifier:
             stop_at_first=first,
             threads=self.threads,
             keep_incumbents=self.incumbents,
+            node_limit=self.node_limit,
         )
 
     def _decide(self, condition: Condition, build: Builder, strict_first: bool = False) -> Verdict:
@@ -369,9 +376,7 @@ def decide(
             status: CheckStatus = "counterexample" if rep.ok else "spurious"
             detail = rep.detail
         else:
-            status = (
-                "error" if res.status == "feasible" else res.status
-            )  # infeasible / timeout / error
+            status = _STATUS[res.status]  # infeasible / node limit / timeout / error
             detail = res.message
         if status == "infeasible" and m < 0:  # the strict question
             detail = (
@@ -397,6 +402,16 @@ def decide(
     return summarise(checks, spurious)
 
 
+#: a solve without a witness, as a check's status (a "feasible" one without values is an error)
+_STATUS: dict[str, CheckStatus] = {
+    "infeasible": "infeasible",
+    "node_limit": "node limit",
+    "timeout": "timeout",
+    "error": "error",
+    "feasible": "error",
+}
+
+
 def _replayed_pool(
     res: SolveResult, replay: Replay, first: ReplayReport
 ) -> tuple[ReplayReport, ...]:
@@ -412,7 +427,7 @@ def _replayed_pool(
 
 
 def summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:
-    bad = [c for c in checks if c.status in ("timeout", "error")]
+    bad = [c for c in checks if c.status in INCONCLUSIVE]
     if not bad and not spurious and all(c.status == "infeasible" for c in checks):
         return Proof(tuple(checks))
     reasons = sorted(

@@ -39,7 +39,13 @@ def verify(
         bool, typer.Option("--search", help="Search the largest ε on the ladder.")
     ] = False,
     time_limit: Annotated[
-        float | None, typer.Option("--time-limit", help="Seconds per ε (overrides the config).")
+        float | None,
+        typer.Option(
+            "--time-limit",
+            help="Wall-clock guard per ε in seconds (overrides limits.per_epsilon_s). Budgets "
+            "are work (limits.max_iterations, limits.solver_nodes): a run the guard cuts is "
+            "UNKNOWN and marked machine-dependent.",
+        ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (overrides the config).")] = None,
     sign_key: Annotated[
@@ -50,6 +56,9 @@ def verify(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log CEGIS progress.")] = False,
 ) -> None:
     """Learn and verify a positive invariant; exit 0 when SAFE, 1 when UNKNOWN.
+
+    Budgets are counted in work (CEGIS iterations, MILP nodes, epochs, rollouts), so a config and
+    seed give the same certificate on any machine at any load; seconds are wall-clock guards only.
 
     Example: safecert bnn verify --benchmark lds --epsilon 0.5sigma --out runs/lds
     """
@@ -156,10 +165,15 @@ def _print(summary: dict[str, Any]) -> None:
         for a in summary["search"]
     ]
     console.print(
-        table("ε attempts", ["epsilon", "verdict", "reason", "iterations", "runtime_s"], rows)
+        table("ε attempts", ["epsilon", "verdict", "reason", "iterations", "cpu_s"], rows)
     )
     colour = "green" if summary["verdict"] == "SAFE" else "yellow"
     console.print(
         f"[bold {colour}]{summary['verdict']}[/] ε = {summary['epsilon']} "
         f"→ {summary['certificate']}" + (f", {summary['plot']}" if summary.get("plot") else "")
     )
+    if summary["machine_dependent"]:
+        console.print(
+            "[bold yellow]machine-dependent:[/] a wall-clock guard cut the run, so another "
+            f"machine or load may give another result ({summary['reason']})"
+        )

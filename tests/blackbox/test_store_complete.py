@@ -200,6 +200,15 @@ def test_wrong_type_is_one_line_exit_2(fixed, capsys, column, value, shown):
     assert "table episodes, row" in err and f"column {column} holds {shown}" in err
 
 
+def test_text_return_in_the_store_as_written_is_one_line(fixed, capsys):
+    """The auditor's case, in the schema certify writes (REAL keeps non-numeric text as text)."""
+    _sql(fixed, ("UPDATE episodes SET ret = 'many' WHERE cell = 0 AND idx = 2",))
+    assert "column ret holds text 'many'" in _one_line_exit_2(fixed, capsys)
+    capsys.readouterr()
+    assert main(["rejudge", str(fixed), "--budget", "1", "--p-star", "0.5"]) == 2
+    assert "column ret holds text" in capsys.readouterr().err
+
+
 def test_missing_column_and_bad_meta_are_one_line(fixed, capsys, tmp_path):
     other = Path(shutil.copytree(fixed, tmp_path / "other"))
     _sql(fixed, ("ALTER TABLE episodes DROP COLUMN steps",))

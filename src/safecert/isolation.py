@@ -90,6 +90,7 @@ class Channel:
         self._buf = b""
         self._stderr = b""
         self._started = 0
+        self.ready_line = b""  # the child's last handshake line (``handshake``)
 
     @property
     def pid(self) -> int | None:
@@ -142,6 +143,15 @@ class Channel:
             self._stderr = (self._stderr + data)[-_STDERR_TAIL:]
         return bool(data)
 
+    def start(self) -> bytes:
+        """Start the child now (with ``handshake``: return its ready line); ChannelFailure if it
+        cannot start or, with ``handshake``, does not say it is ready within the start-up grace."""
+        self._kill()
+        proc = self._start()
+        if self.handshake:
+            self.ready_line = self._exchange(proc, b"", STARTUP_GRACE_S)
+        return self.ready_line
+
     # -- one round trip -----------------------------------------------------------------------
     def round_trip(self, payload: bytes) -> bytes:
         """Send one request line (``payload`` without its newline); return the reply line."""
@@ -153,7 +163,7 @@ class Channel:
             proc = self._start()
             grace = STARTUP_GRACE_S
             if self.handshake:  # start-up ends at the child's ready line, not at the reply
-                self._exchange(proc, b"", grace)
+                self.ready_line = self._exchange(proc, b"", grace)
                 grace = 0.0
         return self._exchange(proc, payload + b"\n", grace)
 

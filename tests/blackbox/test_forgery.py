@@ -102,7 +102,8 @@ def test_untouched_certificates_verify(runs):
     assert _verify(seq / "certificate.json") == 0
     cert = read_certificate(fixed / "certificate.json")
     roles = sorted(f.role for f in cert.inputs.files)
-    assert roles == ["artifact", "config", "env", "policy"]
+    # python: code in the folder: every importable file's bytes and the folder's listing
+    assert roles == ["artifact", "code", "config", "env", "policy"]
     assert read_certificate(seq / "certificate.json").kind == "sequential"
 
 

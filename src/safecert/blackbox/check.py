@@ -36,7 +36,7 @@ from safecert.blackbox.certify import blackbox_result
 from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
 from safecert.blackbox.grid import Family
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, episode_seed
-from safecert.blackbox.plan import episode_limit, kpi_ranges
+from safecert.blackbox.plan import episode_limit, kpi_ranges, runs_python_code
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import (
     BlackboxCertificate,
@@ -63,6 +63,10 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         raise DataError(str(exc)) from None
     root = Path(evidence.inputs_dir) if evidence.inputs_dir else Path(cert.inputs.root)
     check_file_digests(cert, evidence, report)
+    _check_trust(cert, config, report)
+    # verify runs the inputs' code (environment, --resimulate's policy) isolated, whatever the
+    # certificate says: trust = "in-process" was the certifier's choice, never the auditor's
+    config = config.model_copy(update={"trust": "isolated"})
     report.equal("seed = parameters.seed", config.seed, cert.seed)
     _check_config_file(cert, config, evidence, report)
     family = Family.of(config.envelope, config.spec.confidence)
@@ -78,7 +82,9 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
             fix="pass --data RUN_DIR (the folder safecert certify wrote)",
         )
     with EpisodeStore(store_path, create=False) as store:
-        report.equal("episode store rows sha256", store.rows_sha256(), store_entries[0].sha256)
+        rows = store.rows_sha256()
+        if not report.equal("episode store rows sha256", rows, store_entries[0].sha256):
+            return report  # not the certified evidence: nothing of the inputs is run on it
         records = store.records()
         if not _check_coverage(cert, config, family, records, report):
             return report
@@ -134,6 +140,25 @@ def _check_fixed_ranges(
     finally:
         env.close()
     report.equal(f"observation ranges ({fresh['source']}), recomputed", fresh, stored)
+
+
+def _check_trust(cert: Certificate, config: RunConfig, report: VerificationReport) -> None:
+    """Say where the certifier ran the policy's and environment's code; when any of it is
+    ``python:`` code, the inputs must list the config folder's importable files (a certificate
+    without that listing could not show that no module was added next to the policy)."""
+    where = (
+        "in safecert's own rollout process (trust = in-process, the certifier's opt-in)"
+        if config.trust == "in-process"
+        else "in isolated worker processes"
+    )
+    report.add("trust: policy and environment code ran", True, where)
+    if runs_python_code(config):
+        listed = any(e.digest_of == "listing" and e.role == "code" for e in cert.inputs.files)
+        report.add(
+            "python: code: the folder's importable files are certified",
+            listed,
+            "listing present" if listed else "inputs.files has no code listing",
+        )
 
 
 def _check_config_file(
@@ -303,8 +328,8 @@ def _resimulate(
             again = worker.run([EpisodeJob(r.cell, r.index, r.seed)])[0]
             if not _same_outcome(again, r):
                 differ.append(
-                    f"{r.cell}:{r.index} stored (ret {r.ret:.6g}, cost {r.cost:.6g}, goal "
-                    f"{r.goal}), rerun (ret {again.ret:.6g}, cost {again.cost:.6g}, goal "
+                    f"{r.cell}:{r.index} stored (ret {r.ret!r}, cost {r.cost!r}, goal "
+                    f"{r.goal}), rerun (ret {again.ret!r}, cost {again.cost!r}, goal "
                     f"{again.goal})"
                 )
     finally:

@@ -47,7 +47,7 @@ Policy = Callable[[np.ndarray], np.ndarray]
 def make_base_env(config: RunConfig, base_dir: Path) -> gym.Env:
     from safecert.envs import make_env
 
-    return make_env(config.env, config.env_kwargs, base_dir)
+    return make_env(config.env, config.env_kwargs, base_dir, trusted=config.trust == "in-process")
 
 
 def build_cell_env(

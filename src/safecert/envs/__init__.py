@@ -57,15 +57,23 @@ def _register() -> None:
 _register()
 
 
-def make_env(env_spec: str, env_kwargs: Mapping[str, Any] | None, base_dir: Path) -> gym.Env:
+def make_env(
+    env_spec: str, env_kwargs: Mapping[str, Any] | None, base_dir: Path, *, trusted: bool = False
+) -> gym.Env:
     """Build an environment from a config's ``env`` string and ``env_kwargs`` table.
 
     ``env_spec`` is a registered Gymnasium id (built-ins included) or ``python:module:factory``,
     where ``module`` is importable from ``base_dir`` and ``factory(**env_kwargs)`` returns a
-    ``gymnasium.Env``. Every problem is one :class:`ConfigError` line naming ``env`` or
-    ``env_kwargs``.
+    ``gymnasium.Env``. A ``python:`` environment is vendor code: it runs in an environment worker,
+    a child process (:class:`safecert.envs.remote.RemoteEnv`), unless ``trusted`` (the run
+    config's ``trust = "in-process"``). Every problem is one :class:`ConfigError` line naming
+    ``env`` or ``env_kwargs``.
     """
     kwargs = dict(env_kwargs or {})
+    if env_spec.startswith("python:") and not trusted:
+        from safecert.envs.remote import RemoteEnv
+
+        return RemoteEnv(env_spec, kwargs, Path(base_dir))
     if env_spec.startswith("python:"):
         from safecert.blackbox.oracles import import_from
 

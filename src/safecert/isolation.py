@@ -218,9 +218,13 @@ class Channel:
 
     def close(self) -> None:
         """Close the child's stdin (a polite end of input), give it 1 s to exit, then kill and
-        reap it and everything it started (safe to call twice)."""
+        reap it and everything it started (safe to call twice). safecert's own workers
+        (``handshake``) have nothing to save: they are killed at once."""
         proc = self._proc
         if proc is None:
+            return
+        if self.handshake:
+            self._kill()
             return
         try:
             _close(proc.stdin)

@@ -25,7 +25,7 @@ import numpy as np
 from safecert import procs
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
-from safecert.blackbox.oracles import OracleSpec, make_oracle
+from safecert.blackbox.oracles import Oracle, OracleSpec, make_oracle
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,14 @@ class Backend(Protocol):
 
 
 class Worker:
-    """A worker's oracle and per-cell env copies, built once and reused across chunks."""
+    """A worker's oracle and per-cell env copies, built once and reused across chunks.
 
-    def __init__(self, ctx: RunContext) -> None:
+    ``oracle``: one the caller owns (and closes), instead of one built from ``ctx.oracle``."""
+
+    def __init__(self, ctx: RunContext, oracle: Oracle | None = None) -> None:
         self.ctx = ctx
-        self.oracle = make_oracle(ctx.oracle)
+        self._owns_oracle = oracle is None
+        self.oracle = make_oracle(ctx.oracle) if oracle is None else oracle
         self.envs: dict[int, list] = {}
 
     def _envs(self, cell: int) -> list:
@@ -83,7 +86,8 @@ class Worker:
         for envs in self.envs.values():
             for env in envs:
                 env.close()
-        self.oracle.close()
+        if self._owns_oracle:
+            self.oracle.close()
 
 
 _WORKER: Worker | None = None

@@ -223,13 +223,7 @@ def trajectories(
 ) -> tuple[str, list[str], dict[str, Path]]:
     """(HTML, Markdown lines, PNG paths) of the ``limit`` worst counterexamples replayed step by
     step (:mod:`safecert.report.trajectory`); a replay that cannot run is stated, with its cause."""
-    from safecert.report.trajectory import (
-        clip_gif,
-        clip_unavailable,
-        data_uri,
-        replay_trajectory,
-        trajectory_png,
-    )
+    from safecert.report.trajectory import clip_unavailable
 
     worst = failing_episodes(cert, records)[:limit]
     if not worst:
@@ -254,10 +248,39 @@ def trajectories(
             "run a replay command above to see an episode"
         )
         return f"<h2>{title}</h2><p class='note'>Not shown: {esc(why)}.</p>", [why, ""], {}
+    from safecert.blackbox.oracles import make_oracle
+
+    oracle = make_oracle(plan.oracle)  # one policy (worker) for every replay
+    try:
+        _replay_all(cert, worst, plan, ranges, no_clip, oracle, out_dir, html_parts, md, pngs)
+    finally:
+        oracle.close()
+    html_parts.append("</div>")
+    if no_clip is not None:
+        html_parts.append(f"<p class='note' id='no-clip'>No rendered clip: {esc(no_clip)}.</p>")
+        md += [f"No rendered clip: {no_clip}.", ""]
+    return "".join(html_parts), md, pngs
+
+
+def _replay_all(
+    cert: Certificate,
+    worst: Sequence[EpisodeRecord],
+    plan: Any,
+    ranges: list[float] | None,
+    no_clip: str | None,
+    oracle: Any,
+    out_dir: Path,
+    html_parts: list[str],
+    md: list[str],
+    pngs: dict[str, Path],
+) -> None:
+    """Replay each of ``worst`` with ``oracle``; its plot (or why it failed) is appended."""
+    from safecert.report.trajectory import clip_gif, data_uri, replay_trajectory, trajectory_png
+
     for k, r in enumerate(worst):
         name = f"episode {r.cell}:{r.index} (seed {r.seed})"
         try:
-            t = replay_trajectory(plan, r, ranges, clip=k == 0 and no_clip is None)
+            t = replay_trajectory(plan, r, ranges, clip=k == 0 and no_clip is None, oracle=oracle)
         except Exception as exc:  # noqa: BLE001 - stated in the report, never fatal to it
             note = f"{name}: replay failed ({type(exc).__name__}: {exc})"
             html_parts.append(f"<p class='note' data-trajectory='failed'>{esc(note)}</p>")
@@ -284,11 +307,6 @@ def trajectories(
                 f"rendered ({len(t.frames)} frames)</figcaption></figure>"
             )
             md += [f"![clip of {name}]({gif.name})", ""]
-    html_parts.append("</div>")
-    if no_clip is not None:
-        html_parts.append(f"<p class='note' id='no-clip'>No rendered clip: {esc(no_clip)}.</p>")
-        md += [f"No rendered clip: {no_clip}.", ""]
-    return "".join(html_parts), md, pngs
 
 
 def write_report(

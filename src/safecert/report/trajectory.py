@@ -128,9 +128,11 @@ def replay_trajectory(
     obs_ranges: list[float] | None,
     *,
     clip: bool = False,
+    oracle: Any = None,
 ) -> Trajectory:
     """Replay ``record`` (cell, index, seed) of the run ``plan``
-    (:func:`safecert.blackbox.plan.plan_run`) with ``obs_ranges`` as stored.
+    (:func:`safecert.blackbox.plan.plan_run`) with ``obs_ranges`` as stored, asking ``oracle``
+    (one built from ``plan.oracle`` when None; the caller closes its own).
     With ``clip`` (MuJoCo, offscreen backend: :func:`clip_unavailable`) also keep at most
     :data:`CLIP_FRAMES` evenly spaced frames."""
     from safecert.blackbox.backends import RunContext, Worker
@@ -145,7 +147,8 @@ def replay_trajectory(
         config = config.model_copy(update={"env_kwargs": kwargs})
         every = max(1, -(-record.steps // CLIP_FRAMES))
     ranges = None if obs_ranges is None else tuple(obs_ranges)
-    worker = Worker(RunContext(config, str(plan.base_dir), plan.cells, ranges, plan.oracle))
+    ctx = RunContext(config, str(plan.base_dir), plan.cells, ranges, plan.oracle)
+    worker = Worker(ctx, oracle=oracle)
     try:
         env = build_cell_env(
             config,

@@ -1,4 +1,4 @@
-"""HiGHS and SCIP sessions: agreement with brute force and scipy, status mapping, time limits."""
+"""HiGHS and SCIP sessions: agreement with brute force and scipy, status mapping, node budgets and time guards."""
 
 from __future__ import annotations
 
@@ -50,16 +50,31 @@ def test_infeasible_and_first_feasible(solver) -> None:
     )
 
 
-@pytest.mark.parametrize("solver", ["highs", "scip"])
-def test_time_limit_maps_to_timeout(solver) -> None:
-    rng = np.random.default_rng(0)
+def _market_split(seed: int = 0) -> Milp:
+    rng = np.random.default_rng(seed)
     a = rng.integers(0, 100, size=(4, 30)).astype(float)  # a market-split instance: hard for B&B
     milp = Milp()
     x = milp.add_vars(np.zeros(30), np.ones(30), integer=True)
     for row in a:
         milp.add_row(x, row, float(row.sum() // 2), float(row.sum() // 2))
-    res = solve(milp, solver, time_limit_s=0.2)
+    return milp
+
+
+@pytest.mark.parametrize("solver", ["highs", "scip"])
+def test_time_limit_maps_to_timeout(solver) -> None:
+    res = solve(_market_split(), solver, time_limit_s=0.2)
     assert res.status == "timeout" and res.values is None and res.runtime_s < 5
+
+
+@pytest.mark.parametrize("solver", ["highs", "scip"])
+def test_node_limit_is_a_deterministic_budget(solver) -> None:
+    """The node budget ends a hard MILP with its own status (never "timeout"), and the same way
+    every time: the wall-clock guard, far away, plays no part."""
+    milp = _market_split()
+    first = solve(milp, solver, node_limit=30, time_limit_s=600)
+    again = solve(milp, solver, node_limit=30, time_limit_s=600)
+    assert first.status == again.status == "node_limit" and first.values is None
+    assert first.message == "node limit 30" and first.bound == again.bound
 
 
 def test_bad_arguments() -> None:
@@ -67,6 +82,8 @@ def test_bad_arguments() -> None:
         solve(Milp(), "gurobi")
     with pytest.raises(SolverError, match="time_limit_s"):
         solve(Milp(), time_limit_s=0)
+    with pytest.raises(SolverError, match="node_limit"):
+        solve(Milp(), node_limit=0)
 
 
 def test_lp_session_matches_scipy_linprog() -> None:

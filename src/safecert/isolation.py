@@ -170,6 +170,13 @@ class Channel:
     def _exchange(self, proc: procs.VendorProcess, payload: bytes, grace: float) -> bytes:
         """Write ``payload`` (may be empty) and read one line, all within the deadline."""
         out = memoryview(payload)
+        if out:  # the pipe almost always takes a request at once: no select before the write
+            try:
+                out = out[os.write(proc.stdin.fileno(), out) :]
+            except BlockingIOError:
+                pass
+            except OSError:
+                raise self._crashed(proc, "closed its input") from None
         deadline = time.monotonic() + self.timeout_s + grace
         readers = [proc.stdout, proc.stderr]
         buf = bytearray(self._buf)  # appended in place; only new bytes are searched for "\n"

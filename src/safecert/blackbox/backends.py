@@ -73,13 +73,17 @@ class Worker:
         return self.envs[cell]
 
     def run(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
+        """Run ``jobs`` (grouped by cell) on this worker's env copies; with the policy and
+        environment workers on this thread's CPU (:func:`safecert.isolation.colocated`)."""
         from safecert.blackbox.rollout import run_lockstep
+        from safecert.isolation import colocated
 
         out: list[EpisodeRecord] = []
-        for cell, group in groupby(jobs, key=lambda j: j.cell):
-            out.extend(
-                run_lockstep(self._envs(cell), list(group), self.oracle.act, self.ctx.config)
-            )
+        with colocated():
+            for cell, group in groupby(jobs, key=lambda j: j.cell):
+                out.extend(
+                    run_lockstep(self._envs(cell), list(group), self.oracle.act, self.ctx.config)
+                )
         return out
 
     def close(self) -> None:

@@ -60,14 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     if not CHROMIUM.exists():
         print(f"error: {CHROMIUM} is absent; apt-get install -y chromium", file=sys.stderr)
         return 2
-    from safecert.blackbox.certify import certify
+    from safecert.api import certify_blackbox as certify
+    from safecert.api import synthesize_shield, verify_bnn
     from safecert.blackbox.rejudge import rejudge
-    from safecert.bnn.certify import certify_run
-    from safecert.bnn.config import load_config
     from safecert.certificate import read_certificate
+    from safecert.report import write_run_report
     from safecert.report.diff import diff_certificates, write_diff_html
     from safecert.report.index import build_index, write_index
-    from safecert.shield.certify import synthesize_shield
     from tests.blackbox.pipeline_helpers import write_run
     from tests.bnn.conftest import EXAMPLE, FAST
 
@@ -82,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         certify(config, runs / "cartpole", workers=1, progress=False)
         pages["blackbox_3axis"] = runs / "cartpole" / "report.html"
         _, where = rejudge(runs / "cartpole", budget=6.0, p_star=0.9)
+        write_run_report(where / "certificate.json")
         pages["blackbox_rejudged"] = where / "report.html"
         _say("black-box runs done", start)
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
         shield = examples / "shield"
         synthesize_shield(
-            shield / "grid.toml", shield / "grid_logs.jsonl", runs / "shield_grid", epsilon=0.1
+            shield / "grid.toml", shield / "grid_logs.jsonl", out=runs / "shield_grid", epsilon=0.1
         )
         pages["shield_grid"] = runs / "shield_grid" / "report.html"
         _say("shield done", start)
@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         (root / "bnn").mkdir()
         shutil.copyfile(EXAMPLE / "lds.npz", root / "bnn" / "lds.npz")
         (root / "bnn" / "run.toml").write_text(FAST)
-        certify_run(
-            load_config(root / "bnn" / "run.toml"), root / "bnn" / "run.toml", runs / "bnn_lds"
-        )
+        verify_bnn(root / "bnn" / "run.toml", runs / "bnn_lds")
         pages["bnn_lds"] = runs / "bnn_lds" / "report.html"
         _say("BNN done", start)
 

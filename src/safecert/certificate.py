@@ -327,10 +327,13 @@ class Check:
 
 @dataclass
 class VerificationReport:
-    """What ``safecert verify`` found; ``ok`` only when every check matched (and there was one)."""
+    """What ``safecert verify`` found; ``ok`` only when every check matched (and there was one).
+    ``verdict``: the verdict the verified certificate states (None when its signature failed
+    and nothing else was read); it is what ``ok`` vouches for."""
 
     kind: str
     checks: list[Check] = field(default_factory=list)
+    verdict: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -58,6 +58,65 @@ def read_toml(path: Path) -> dict[str, Any]:
         ) from None
 
 
+def dump_toml(data: dict[str, Any]) -> str:
+    """TOML text that :func:`read_toml` reads back as ``data`` (tables of strings, booleans,
+    integers, floats — ``inf``/``nan`` included — arrays and nested tables; ``None`` values are
+    left out, as TOML has no null). Used to write a config given as a dictionary to a file, so
+    that it can be hashed and re-read like any other."""
+    lines: list[str] = []
+    _dump_table(data, [], lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _dump_table(table: dict[str, Any], path: list[str], lines: list[str]) -> None:
+    scalars = {k: v for k, v in table.items() if v is not None and not isinstance(v, dict)}
+    tables = {k: v for k, v in table.items() if isinstance(v, dict)}
+    if path and (scalars or not tables):
+        lines += ["", "[" + ".".join(_toml_key(k) for k in path) + "]"]
+    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
+    for key, sub in tables.items():
+        _dump_table(sub, [*path, key], lines)
+
+
+def _toml_key(key: str) -> str:
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    return json.dumps(text, ensure_ascii=False)  # JSON's escapes are valid TOML basic strings
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return "{ " + items + " }" if items else "{}"
+    raise ConfigError(
+        f"{type(value).__name__} cannot be written to TOML",
+        field="config",
+        fix="use strings, numbers, booleans, lists and tables",
+    )
+
+
 def parse_model(model: type[M], data: dict[str, Any], *, prefix: str = "") -> M:
     """Validate ``data`` against ``model``; the first error becomes one line naming its key."""
     try:

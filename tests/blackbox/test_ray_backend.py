@@ -35,7 +35,7 @@ def test_unreachable_address_is_one_config_error():
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(ConfigError, match="--address"):
+    with pytest.raises(ConfigError, match="^address: "):
         RayBackend(f"127.0.0.1:{port}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from safecert.blackbox.certify import certify
+from safecert.api import certify_blackbox as certify  # writes the report too
 from safecert.certificate import read_certificate
 from safecert.report.diff import cell_key, diff_certificates
 from tests.conftest import REPO, run_cli

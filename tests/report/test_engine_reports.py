@@ -23,7 +23,7 @@ LOGS = REPO / "examples" / "shield" / "grid_logs.jsonl"
 
 @pytest.fixture(scope="module")
 def shields(tmp_path_factory):
-    from safecert.shield.certify import certify_shield, synthesize_shield
+    from safecert.api import certify_shield, synthesize_shield
 
     root = tmp_path_factory.mktemp("shields")
     synthesize_shield(GRID, LOGS, epsilon=0.1, out=root / "synth")
@@ -115,7 +115,11 @@ def bnn_unknown(tmp_path_factory):
         learner={"epochs": 1},
         limits={"per_epsilon_s": 0.001},
     )
-    return certify_run(cfg, None, tmp_path_factory.mktemp("bnn_unknown") / "out").path
+    from safecert.report import write_run_report
+
+    path = certify_run(cfg, None, tmp_path_factory.mktemp("bnn_unknown") / "out").path
+    write_run_report(path)
+    return path
 
 
 @needs_chromium

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from safecert.blackbox.certify import certify
+from safecert.api import certify_blackbox as certify  # writes the report too
 from safecert.blackbox.rejudge import rejudge
 from safecert.certificate import read_certificate
+from safecert.report import write_run_report
 from safecert.signing import fingerprint, generate_keypair, load_public_key, sign_file
 from tests.blackbox.pipeline_helpers import write_run
 from tests.conftest import REPO, run_cli
@@ -31,13 +32,14 @@ act_noise = { kind = "uniform", levels = [0.0, 0.5] }
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from safecert.shield.certify import certify_shield
+    from safecert.api import certify_shield
 
     root = tmp_path_factory.mktemp("history")
     runs = root / "runs"
     config = write_run(root / "cfg", CONFIG)
     certify(config, runs / "cart", workers=1, progress=False)
-    rejudge(runs / "cart", budget=1.0, p_star=0.9)
+    _, where = rejudge(runs / "cart", budget=1.0, p_star=0.9)
+    write_run_report(where / "certificate.json")
     key, pub = generate_keypair(root / "keys")
     sign_file(runs / "cart" / "certificate.json", key)
     shield = REPO / "examples" / "shield"

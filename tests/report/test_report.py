@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from safecert.blackbox.certify import certify
+from safecert.api import certify_blackbox as certify  # writes the report too
 from tests.blackbox.pipeline_helpers import write_run
 from tests.report.browser import chromium, needs_chromium, screenshot
 

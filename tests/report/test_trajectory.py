@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safecert.blackbox.certify import certify
+from safecert.api import certify_blackbox as certify  # writes the report too
 from safecert.blackbox.plan import plan_run
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import read_certificate

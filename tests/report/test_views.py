@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from safecert.blackbox.certify import certify
+from safecert.api import certify_blackbox as certify  # writes the report too
 from safecert.blackbox.rejudge import rejudge
 from safecert.certificate import read_certificate
+from safecert.report import write_run_report
 from safecert.report.facts import flatten
 from safecert.report.odd import cell_views, odd_views
 from tests.blackbox.pipeline_helpers import write_run
@@ -51,6 +52,7 @@ def run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rejudged(run):
     _, where = rejudge(run, budget=6.0, p_star=0.9)
+    write_run_report(where / "certificate.json")
     return where
 
 

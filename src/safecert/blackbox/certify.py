@@ -62,7 +62,7 @@ def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
         store.close()
         raise ConfigError(
             f"{out_dir} already holds a run",
-            field="--out",
+            field="out",
             fix="pass --resume to continue it, or choose a new --out folder",
         )
     if previous is not None:
@@ -71,7 +71,7 @@ def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
             store.close()
             raise ConfigError(
                 f"{changed} changed since this run started",
-                field="--resume",
+                field="resume",
                 fix="restore it, or start a new --out folder",
             )
     store.set_meta("inputs", [d.model_dump(mode="json") for d in plan.inputs])
@@ -258,12 +258,10 @@ def build_certificate(plan: RunPlan, store: EpisodeStore) -> BlackboxCertificate
 def finish(
     plan: RunPlan, store: EpisodeStore, out_dir: Path, *, sign_key: Path | None = None
 ) -> BlackboxCertificate:
-    """Judge, then write ``certificate.json`` (signed with ``sign_key``) and the report."""
+    """Judge, then write ``certificate.json`` (signed with ``sign_key``); the caller writes the
+    report (:func:`safecert.report.write_run_report`)."""
     cert = build_certificate(plan, store)
     write_certificate(cert, Path(out_dir) / "certificate.json", sign_key=sign_key)
-    from safecert.report import write_report
-
-    write_report(cert, store.records(), Path(out_dir), config_path=plan.config_path)
     return cert
 
 
@@ -276,9 +274,12 @@ def certify(
     resume: bool = False,
     progress: bool | None = None,
     sign_key: Path | None = None,
+    base_dir: Path | None = None,
 ) -> BlackboxCertificate:
-    """Run a fixed-N certification end to end; returns the certificate written to ``out_dir``."""
-    plan = plan_run(config_path)
+    """Run a fixed-N certification end to end; returns the certificate written to ``out_dir``
+    (with its episode store; the report is the caller's: :func:`safecert.report.write_run_report`).
+    ``base_dir``: where the config's relative paths resolve (default: the config's folder)."""
+    plan = plan_run(config_path, base_dir)
     backend = backend or LocalBackend(workers or plan.config.workers)
     if progress is None:
         progress = sys.stderr.isatty()
@@ -309,7 +310,7 @@ def replay(config_path: Path, cell: int, index: int) -> EpisodeRecord:
         raise ConfigError(
             f"no episode {cell}:{index} in this run ({len(plan.cells)} cells × "
             f"{plan.config.episodes} episodes)",
-            field="--replay",
+            field="replay",
         )
     from safecert.blackbox.preflight import compute_ranges
 

@@ -78,7 +78,7 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
     if not store_path.is_file():
         raise DataError(
             f"{store_path} does not exist",
-            field="--data",
+            field="data",
             fix="pass --data RUN_DIR (the folder safecert certify wrote)",
         )
     with EpisodeStore(store_path, create=False) as store:

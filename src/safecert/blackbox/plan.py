@@ -78,8 +78,11 @@ def oracle_spec(config: RunConfig, base_dir: Path) -> OracleSpec:
     )
 
 
-def plan_run(config_path: Path) -> RunPlan:
-    config, base_dir, _ = load_run_config(config_path)
+def plan_run(config_path: Path, base_dir: Path | None = None) -> RunPlan:
+    """Validate the run at ``config_path``; relative paths in it resolve from ``base_dir``
+    (default: the config's own folder), which becomes the certificate's ``inputs.root``."""
+    config, own_dir, _ = load_run_config(config_path)
+    base_dir = own_dir if base_dir is None else Path(base_dir).resolve()
     oracle = oracle_spec(config, base_dir)
     from safecert.blackbox.rollout import make_base_env
 

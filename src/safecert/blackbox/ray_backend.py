@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from safecert.blackbox.backends import RunContext, Worker, chunked
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.errors import ConfigError, SafecertError
+from safecert.extras import require_extra
 
 
 class _ActorWorker:
@@ -49,7 +50,7 @@ def _check_reachable(address: str) -> None:
     except OSError as exc:
         raise ConfigError(
             f"cannot reach a Ray cluster at {address!r} ({exc})",
-            field="--address",
+            field="address",
             fix="start one with 'ray start --head' or omit --address for a local Ray",
         ) from None
 
@@ -65,6 +66,7 @@ class RayBackend:
         actors: int | None = None,
         chunk_episodes: int | None = None,
     ) -> None:
+        require_extra("ray")
         if address is not None:
             _check_reachable(address)
         self.address = address
@@ -93,7 +95,7 @@ class RayBackend:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ConfigError(
                 f"cannot reach a Ray cluster at {self.address!r} ({str(exc).splitlines()[0]})",
-                field="--address",
+                field="address",
                 fix="start one with 'ray start --head' or omit --address for a local Ray",
             ) from None
         self._started = self.address is None

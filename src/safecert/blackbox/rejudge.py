@@ -45,10 +45,10 @@ def rejudge(
     """
     if not (math.isfinite(budget) and budget >= 0):
         raise ConfigError(
-            f"{budget} is not a finite number >= 0", field="--budget", fix="pass e.g. --budget 25"
+            f"{budget} is not a finite number >= 0", field="budget", fix="pass e.g. --budget 25"
         )
     if not 0 < p_star < 1:
-        raise ConfigError(f"{p_star} is outside (0, 1)", field="--p-star")
+        raise ConfigError(f"{p_star} is outside (0, 1)", field="p_star")
     run_dir = Path(run_dir)
     cert = read_certificate(run_dir / "certificate.json")
     if cert.kind == "sequential":
@@ -97,10 +97,4 @@ def rejudge(
         )
         assert isinstance(new, BlackboxCertificate)
         write_certificate(new, out_dir / "certificate.json", sign_key=sign_key)
-        from safecert.report import write_report
-
-        config_path = store.get_meta("config_path")
-        write_report(
-            new, store.records(), out_dir, config_path=Path(config_path) if config_path else None
-        )
     return new, out_dir

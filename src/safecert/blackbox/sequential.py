@@ -184,9 +184,11 @@ def certify_sequential(
     resume: bool = False,
     progress: bool | None = None,
     sign_key: Path | None = None,
+    base_dir: Path | None = None,
 ) -> Certificate:
-    """Run a sequential certification end to end; returns the certificate written to ``out_dir``."""
-    plan = plan_run(config)
+    """Run a sequential certification end to end; returns the certificate written to ``out_dir``
+    (the report is the caller's). ``base_dir`` as for :func:`safecert.blackbox.certify.certify`."""
+    plan = plan_run(config, base_dir)
     settings = sequential_settings(plan.config)
     rule = build_rule(plan.config, plan.family, settings)
     backend = backend or LocalBackend(plan.config.workers)
@@ -232,9 +234,6 @@ def certify_sequential(
         )
         assert isinstance(cert, SequentialCertificate)
         write_certificate(cert, Path(out_dir) / "certificate.json", sign_key=sign_key)
-        from safecert.report import write_report
-
-        write_report(cert, store.records(), Path(out_dir), config_path=plan.config_path)
     return cert
 
 

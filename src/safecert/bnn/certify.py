@@ -351,7 +351,4 @@ def certify_run(
     else:
         (out / PLOT_FILE).unlink(missing_ok=True)  # a previous run's picture is not this run's
     path = write_certificate(cert, out / CERTIFICATE_FILE, sign_key=sign_key)
-    from safecert.report import write_report_beside  # logs a rendering failure, never raises
-
-    write_report_beside(path)
     return BnnRun(cert, path, plot, shown)

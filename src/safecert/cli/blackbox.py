@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from safecert import procs
-from safecert.cli.output import SignKeyOpt, console, emit_json, table
+from safecert.cli.output import SignKeyOpt, as_flags, console, emit_json, table
 from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def certify(
         return
     runner = _backend(backend, address, workers)
     progress = sys.stderr.isatty() and not json_out
-    with procs.reaping():
+    with procs.reaping(), as_flags("out", "resume", "address"):
         cert = _run(config, out, runner, sequential, resume, progress, sign_key)
     if json_out:
         emit_json(cert.model_dump(mode="json"))
@@ -142,12 +142,19 @@ def _run(
             raise ConfigError(
                 "sequential certification is not available yet", field="--sequential"
             ) from None
-        return certify_sequential(config, out, runner, resume, progress, sign_key=sign_key)
-    from safecert.blackbox.certify import certify as run_certify
+        cert: Certificate = certify_sequential(
+            config, out, runner, resume, progress, sign_key=sign_key
+        )
+    else:
+        from safecert.blackbox.certify import certify as run_certify
 
-    return run_certify(
-        config, out, backend=runner, resume=resume, progress=progress, sign_key=sign_key
-    )
+        cert = run_certify(
+            config, out, backend=runner, resume=resume, progress=progress, sign_key=sign_key
+        )
+    from safecert.report import write_run_report
+
+    write_run_report(out / "certificate.json")
+    return cert
 
 
 def _config_wants_sequential(config: Path) -> bool:
@@ -160,7 +167,8 @@ def _replay(config: Path, out: Path, cell: int, index: int, json_out: bool) -> N
     from safecert.blackbox.certify import replay as run_replay
     from safecert.blackbox.store import EpisodeStore
 
-    record = run_replay(config, cell, index)
+    with as_flags("replay"):
+        record = run_replay(config, cell, index)
     stored = None
     if (out / "episodes.sqlite").is_file():
         with EpisodeStore(out / "episodes.sqlite", create=False) as store:
@@ -208,8 +216,11 @@ def rejudge(
     Example: safecert rejudge runs/demo --budget 25 --p-star 0.1
     """
     from safecert.blackbox.rejudge import rejudge as run_rejudge
+    from safecert.report import write_run_report
 
-    cert, where = run_rejudge(run_dir, budget, p_star, out, sign_key=sign_key)
+    with as_flags("budget", "p_star", "out"):
+        cert, where = run_rejudge(run_dir, budget, p_star, out, sign_key=sign_key)
+    write_run_report(where / "certificate.json")
     if json_out:
         emit_json(cert.model_dump(mode="json"))
     else:

@@ -102,6 +102,9 @@ def verify(
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     with _progress(quiet=json_out) as update:
         run = certify_run(cfg, config, out, sign_key=sign_key, progress=update)
+    from safecert.report import write_run_report
+
+    write_run_report(run.path)
     summary = run.summary()
     if json_out:
         emit_json(summary)

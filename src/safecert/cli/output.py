@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +23,22 @@ SignKeyOpt = Annotated[
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+@contextmanager
+def as_flags(*parameters: str) -> Iterator[None]:
+    """Name these parameters as the command's flags in an error from the layer below: the API
+    and the engines say ``p_star: …``, the command line ``--p-star: …``."""
+    from safecert.errors import SafecertError
+
+    try:
+        yield
+    except SafecertError as exc:
+        if exc.field not in parameters:
+            raise
+        flag = "--" + exc.field.replace("_", "-")
+        text = str(exc).removeprefix(f"{exc.field}: ")
+        raise type(exc)(text, field=flag) from None
 
 
 def emit_json(data: Any) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from safecert.cli.output import console, emit_json, err_console, table
+from safecert.cli.output import as_flags, console, emit_json, err_console, table
 
 if TYPE_CHECKING:
     from safecert.shield.certify import ShieldRun
@@ -77,6 +77,12 @@ def _show(run: ShieldRun, out: Path, json_out: bool) -> None:
     console.print(f"wrote {', '.join(str(f) for f in run.written)}")
 
 
+def _report(out: Path) -> None:
+    from safecert.report import write_run_report
+
+    write_run_report(out / "certificate.json")
+
+
 def _say(line: str) -> None:
     """One unwrapped line on stderr."""
     print(line, file=sys.stderr, flush=True)
@@ -115,10 +121,11 @@ def certify(
     """
     from safecert.shield.certify import certify_shield
 
-    with _busy(json_out, f"certifying from {logs_path.name}"):
+    with _busy(json_out, f"certifying from {logs_path.name}"), as_flags("epsilon", "shield"):
         run = certify_shield(
             model_path, logs_path, out, shield_path=shield, epsilon=epsilon, sign_key=sign_key
         )
+    _report(out)
     _show(run, out, json_out)
     if run.certificate.verdict == "FAIL":
         raise typer.Exit(1)
@@ -150,11 +157,15 @@ def synthesize(
     """
     from safecert.shield.certify import synthesize_shield
 
-    with _busy(json_out, f"synthesizing from {logs_path.name}"):
+    with (
+        _busy(json_out, f"synthesizing from {logs_path.name}"),
+        as_flags("epsilon", "method", "rho_min"),
+    ):
         run = synthesize_shield(
             model_path, logs_path, out, epsilon=epsilon, method=method, rho_min=rho_min,
             sign_key=sign_key,
         )  # fmt: skip
+    _report(out)
     _show(run, out, json_out)
     if "fallback" in run.summary:
         _say("note: greedy made the goal unreachable; using the additive shield")

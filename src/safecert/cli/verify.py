@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from safecert.cli.output import console, emit_json, table
+from safecert.cli.output import as_flags, console, emit_json, table
+from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
     from safecert.certificate import VerificationReport
-from safecert.errors import ConfigError
 
 
 def verify(
@@ -54,16 +54,8 @@ def verify(
 
     Example: safecert verify runs/demo/certificate.json --pubkey keys/safecert_ed25519.pub
     """
-    from safecert.certificate import (
-        Evidence,
-        VerificationReport,
-        read_certificate,
-        read_certificate_bytes,
-        verify_certificate,
-    )
+    from safecert.api import verify as run_verify
 
-    if resimulate < 0 or resimulate > 1_000_000:
-        raise ConfigError(f"{resimulate} is out of range", field="--resimulate", fix="0 … 1000000")
     for option, folder in (("--inputs", inputs), ("--data", data)):
         if folder is not None and not folder.is_dir():
             raise ConfigError(
@@ -71,28 +63,11 @@ def verify(
             )
     if logs is not None and not logs.exists():
         raise ConfigError(f"{logs} does not exist", field="--logs", fix="pass the shield's logs")
-    signature = []
-    raw = None
-    if pubkey is not None:
-        from safecert.signing import check_signature
-
-        raw = read_certificate_bytes(certificate)  # read once: the bytes checked are parsed
-        signature = check_signature(certificate, pubkey, raw)
-        if not all(c.ok for c in signature):
-            # not the bytes the key holder signed: nothing else in the file is worth reading
-            _print(certificate, VerificationReport("signature", signature), None, json_out, True)
-            raise typer.Exit(1)
-    cert = read_certificate(certificate, raw)
-    if resimulate and cert.kind not in ("blackbox", "sequential"):
-        raise ConfigError(
-            f"a {cert.kind} certificate has no episodes to re-run", field="--resimulate"
+    with as_flags("resimulate", "logs", "data"):
+        report = run_verify(
+            certificate, logs=logs, data=data, inputs=inputs, pubkey=pubkey, resimulate=resimulate
         )
-    report = verify_certificate(
-        cert,
-        Evidence(certificate, logs=logs, data_dir=data, inputs_dir=inputs, resimulate=resimulate),
-    )
-    report.checks.extend(signature)
-    _print(certificate, report, cert.verdict, json_out, pubkey is not None)
+    _print(certificate, report, report.verdict, json_out, pubkey is not None)
     if not report.ok:
         raise typer.Exit(1)
 

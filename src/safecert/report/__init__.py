@@ -4,14 +4,11 @@ index. Black-box runs also get ``report.md`` and the ODD PNG maps."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from safecert.report.render import write_report
 
-__all__ = ["render_beside", "write_report", "write_report_beside"]
-
-log = logging.getLogger(__name__)
+__all__ = ["render_beside", "write_report", "write_run_report"]
 
 
 def render_beside(cert_path: Path) -> str:
@@ -35,14 +32,31 @@ def render_beside(cert_path: Path) -> str:
     )
 
 
-def write_report_beside(cert_path: Path) -> Path | None:
-    """Write ``report.html`` beside a shield or BNN certificate; never raises: the certificate is
-    already written and stays valid, so a rendering problem is logged as a warning (with its
-    cause) and None is returned."""
-    out = Path(cert_path).parent / "report.html"
-    try:
-        out.write_text(render_beside(cert_path), encoding="utf-8")
-    except Exception as exc:  # noqa: BLE001 - a report must never cost the certificate
-        log.warning("report.html not written beside %s: %s: %s", cert_path, type(exc).__name__, exc)
-        return None
+def write_run_report(cert_path: Path) -> Path:
+    """Write the report of the run whose certificate is at ``cert_path``, beside it, and return
+    the ``report.html`` path: black-box and sequential runs from their episode store (also
+    ``report.md``, the ODD maps and the replayed trajectories), shield and BNN runs from the
+    evidence beside the certificate.
+
+    This is the callers' step (the CLI, :mod:`safecert.api`): engines return certificates and
+    never import this package. A rendering error propagates — the certificate is already written
+    and stays valid; the caller says so."""
+    from safecert.certificate import BlackboxCertificate, SequentialCertificate, read_certificate
+
+    cert_path = Path(cert_path)
+    cert = read_certificate(cert_path)
+    out = cert_path.parent / "report.html"
+    if isinstance(cert, BlackboxCertificate | SequentialCertificate):
+        from safecert.blackbox.store import EpisodeStore
+        from safecert.certificate import Evidence, locate_evidence
+
+        entry = next(e for e in cert.inputs.evidence if e.role == "episodes")
+        with EpisodeStore(locate_evidence(entry, Evidence(cert_path)), create=False) as store:
+            records = store.records()
+            config_path = store.get_meta("config_path")
+        write_report(
+            cert, records, cert_path.parent, config_path=Path(config_path) if config_path else None
+        )
+        return out
+    out.write_text(render_beside(cert_path), encoding="utf-8")
     return out

@@ -237,7 +237,7 @@ def trajectories(
     from safecert.blackbox.plan import plan_run
 
     try:
-        plan = plan_run(Path(config_path))
+        plan = plan_run(Path(config_path), Path(cert.inputs.root))
         no_clip = clip_unavailable(plan)
     except Exception as exc:  # noqa: BLE001 - stated in the report, never fatal to it
         why = f"the run cannot be replayed ({type(exc).__name__}: {exc})"

@@ -176,13 +176,13 @@ def certify_shield(
     PASS/FAIL against ``epsilon``, or BOUND without one. Live states the shield omits are
     certified halt-only, and the certificate records the complete shield."""
     if epsilon is not None and not 0 <= epsilon <= 1:
-        raise ConfigError(f"must be in [0, 1], got {epsilon}", field="--epsilon")
+        raise ConfigError(f"must be in [0, 1], got {epsilon}", field="epsilon")
     _check_sign_key(sign_key)
     out = Path(out)
     if shield_path is not None and Path(shield_path).resolve() == (out / SHIELD_FILE).resolve():
         raise ConfigError(
             f"{shield_path} is the {SHIELD_FILE} this run writes",
-            field="--shield",
+            field="shield",
             fix="choose another --out",
         )
     model, est = load_inputs(model_path, logs_path)
@@ -217,11 +217,11 @@ def synthesize_shield(
     from safecert.shield.synthesis import synthesize
 
     if not 0 <= epsilon < 1:
-        raise ConfigError(f"must be in [0, 1), got {epsilon}", field="--epsilon")
+        raise ConfigError(f"must be in [0, 1), got {epsilon}", field="epsilon")
     if not 0 < rho_min <= 1e6:  # also rejects nan and inf
-        raise ConfigError(f"must be in (0, 1e6], got {rho_min}", field="--rho-min")
+        raise ConfigError(f"must be in (0, 1e6], got {rho_min}", field="rho_min")
     if method not in METHODS:
-        raise ConfigError(f"unknown method {method!r}", field="--method", fix=f"use {METHODS}")
+        raise ConfigError(f"unknown method {method!r}", field="method", fix=f"use {METHODS}")
     _check_sign_key(sign_key)
     model, est = load_inputs(model_path, logs_path)
     res = synthesize(model, est, epsilon, method=method, rho_min=rho_min)
@@ -322,7 +322,4 @@ def _write(
     )
     written += [png] if png else []
     written.append(write_certificate(cert, out / CERTIFICATE, sign_key=sign_key))
-    from safecert.report import write_report_beside  # logs a rendering failure, never raises
-
-    write_report_beside(out / CERTIFICATE)
     return ShieldRun(cert, model, allowed, values, written, missing, summary)

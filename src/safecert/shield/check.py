@@ -140,7 +140,7 @@ def _find_logs(cert: Certificate, entry: FileDigest, evidence: Evidence) -> Path
     ``--inputs`` or ``inputs.root``), else a file of that name next to the certificate."""
     if evidence.logs is not None:
         if not Path(evidence.logs).is_file():
-            raise DataError(f"{evidence.logs} does not exist", field="--logs")
+            raise DataError(f"{evidence.logs} does not exist", field="logs")
         return Path(evidence.logs)
     name = Path(entry.path).name
     candidates = [Path(evidence.data_dir) / name] if evidence.data_dir else []

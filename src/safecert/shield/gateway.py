@@ -174,9 +174,9 @@ def upstream_command(spec: str) -> list[str]:
     try:
         argv = shlex.split(spec)
     except ValueError as exc:
-        raise ConfigError(f"cannot parse {spec!r} ({exc})", field="--upstream") from None
+        raise ConfigError(f"cannot parse {spec!r} ({exc})", field="upstream") from None
     if not argv:
-        raise ConfigError("empty command", field="--upstream", fix='e.g. "python tools_server.py"')
+        raise ConfigError("empty command", field="upstream", fix='e.g. "python tools_server.py"')
     if argv[0] in ("python", "python3"):
         argv[0] = sys.executable
     return argv
@@ -224,7 +224,7 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
     except Exception as exc:  # the upstream failed: one line, not a traceback
         what = "did not start" if not started else "failed while serving"
         raise ConfigError(
-            f"the upstream {' '.join(argv)!r} {what} ({_first_cause(exc)})", field="--upstream"
+            f"the upstream {' '.join(argv)!r} {what} ({_first_cause(exc)})", field="upstream"
         ) from None
     finally:
         for sink in sinks:

@@ -81,7 +81,7 @@ def ingest(transcripts: Path, out: Path, abstraction: Abstraction) -> IngestSumm
     """Convert ``transcripts`` into a step log at ``out`` (overwritten) through ``abstraction``."""
     transcripts = Path(transcripts)
     if not transcripts.is_file():
-        raise DataError(f"{transcripts} does not exist", field="--transcripts")
+        raise DataError(f"{transcripts} does not exist", field="transcripts")
     model = abstraction.model
     conversations = steps = 0
     tmp = Path(out).with_name(Path(out).name + ".part")
@@ -126,7 +126,7 @@ def ingest(transcripts: Path, out: Path, abstraction: Abstraction) -> IngestSumm
                     raise DataError(str(exc), field=where) from None
                 conversations += 1
     except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 ({exc.reason})", field="--transcripts") from None
+        raise DataError(f"not UTF-8 ({exc.reason})", field="transcripts") from None
     finally:
         sink.close()
     tmp.replace(out)

@@ -184,7 +184,7 @@ def compare_methods(
     default sequential method (onesided).
     """
     if not 0.0 <= rate < 1.0:
-        raise ConfigError(f"{rate} is outside [0, 1)", field="--expected-rate", fix="e.g. 0.01")
+        raise ConfigError(f"{rate} is outside [0, 1)", field="expected_rate", fix="e.g. 0.01")
     out: list[MethodPlan] = []
     for method in methods:
         if method == "cp":
@@ -241,6 +241,6 @@ def compare_methods(
             )
         else:
             raise ConfigError(
-                f"{method!r} is not a method", field="--method", fix=", ".join(PLAN_METHODS)
+                f"{method!r} is not a method", field="method", fix=", ".join(PLAN_METHODS)
             )
     return out

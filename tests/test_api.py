@@ -123,3 +123,37 @@ def test_load_certificate_and_verify_refuse_garbage(tmp_path):
         safecert.load_certificate(bad)
     with pytest.raises(ConfigError, match="^resimulate: "):
         safecert.verify(bad, resimulate=-1)
+
+
+def _toml_values():
+    from hypothesis import strategies as st
+
+    keys = st.text(min_size=1, max_size=8)
+    scalars = (
+        st.booleans()
+        | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+        | st.floats(allow_nan=False)
+        | st.text(max_size=12)
+    )
+    values = st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=3),
+        max_leaves=12,
+    )
+    return st.dictionaries(keys, values, max_size=5)
+
+
+def test_dump_toml_round_trips():
+    """A config given as a dictionary is written as TOML and read back unchanged."""
+    import tomllib
+
+    from hypothesis import given, settings
+
+    from safecert.config import dump_toml
+
+    @settings(max_examples=300, deadline=None)
+    @given(_toml_values())
+    def check(data):
+        assert tomllib.loads(dump_toml(data)) == data
+
+    check()

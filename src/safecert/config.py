@@ -85,9 +85,16 @@ def _toml_key(key: str) -> str:
 
 
 def _toml_string(text: str) -> str:
-    import json
-
-    return json.dumps(text, ensure_ascii=False)  # JSON's escapes are valid TOML basic strings
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def _toml_value(value: Any) -> str:

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from safecert.blackbox.oracles import parse_oracle_spec  # noqa: E402
 from safecert.blackbox.oracles.sb3_oracle import Sb3Oracle, sb3_algorithm  # noqa: E402
 from safecert.errors import ConfigError, OracleError  # noqa: E402
+from safecert.extras import MissingExtraError  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 
@@ -142,10 +143,12 @@ def test_files_that_are_not_models_are_one_line(tmp_path, cli_here):
 
 
 def test_missing_extra_is_named(monkeypatch, models):
-    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
     oracle = Sb3Oracle(parse_oracle_spec("sb3:ppo.zip", base_dir=models))
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
+    with pytest.raises(MissingExtraError, match=r"pip install 'safecert\[sb3\]'"):
+        parse_oracle_spec("sb3:ppo.zip", base_dir=models)  # up front, before a run starts
     with pytest.raises(OracleError, match=r"pip install 'safecert\[sb3\]'"):
-        oracle.probe()
+        oracle.probe()  # and in the policy worker
 
 
 EXAMPLES = REPO / "examples"

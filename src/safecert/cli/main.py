@@ -1,12 +1,15 @@
 """Entry point of the ``safecert`` command.
 
-Exit codes: 0 success; 1 a certificate does not hold or verification failed; 2 bad input, reported
-as one line on stderr (never a traceback).
+Exit codes: 0 success; 1 a certificate does not hold or verification failed; 2 bad input or a
+missing optional dependency, reported as one line on stderr (never a traceback).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -20,6 +23,7 @@ from safecert.cli import shield as shield_cli
 from safecert.cli import stats as stats_cli
 from safecert.cli import verify as verify_cli
 from safecert.errors import SafecertError
+from safecert.extras import COMMANDS, missing_extra, require_command
 
 app = typer.Typer(
     name="safecert",
@@ -58,13 +62,39 @@ app.add_typer(shield_cli.app, name="shield")
 app.add_typer(bnn_cli.app, name="bnn")
 
 
+def _check_extras(group: Any, path: tuple[str, ...] = ()) -> None:
+    """Make every command of :data:`safecert.extras.COMMANDS` check its extra once its options are
+    parsed and before it runs, so a missing package is one line and nothing is written."""
+    for name, command in getattr(group, "commands", {}).items():
+        here = " ".join((*path, name))
+        _check_extras(command, (*path, name))
+        if here in COMMANDS and command.callback is not None:
+            command.callback = _requiring(here, command.callback)
+
+
+def _requiring(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        require_command(name)
+        return callback(*args, **kwargs)
+
+    return checked
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; map errors to exit codes (see module docstring)."""
     command = typer.main.get_command(app)
+    _check_extras(command)
     try:
         rv = command.main(args=argv, prog_name="safecert", standalone_mode=False)
     except SafecertError as exc:
         print(f"safecert: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a lazy import of an optional package, not checked up front
+        missing = missing_extra(exc)
+        if missing is None:  # user code, an unknown module: a traceback, as for any bug
+            raise
+        print(f"safecert: error: {missing}", file=sys.stderr)
         return 2
     except typer.Exit as exc:
         return int(exc.exit_code)

@@ -58,6 +58,7 @@ from safecert.blackbox.oracles.base import (
     encode_request,
 )
 from safecert.errors import ConfigError
+from safecert.extras import POLICY_SCHEMES, require_extra
 
 __all__ = [
     "Oracle",
@@ -177,6 +178,7 @@ def parse_oracle_spec(
         _check_url(policy)
         return replace(template, kind="http", target=policy, headers=header_items)
     if scheme in _MODEL_FILES:
+        require_extra(POLICY_SCHEMES[scheme])
         path = _existing_file(rest, base, what=_MODEL_FILES[scheme])
         if scheme == "sb3":
             from safecert.blackbox.oracles.sb3_oracle import sb3_algorithm

@@ -248,7 +248,7 @@ class ReluNetwork:
             raise ConfigError(
                 "reading .onnx policies needs the onnx package",
                 field="policy",
-                fix="pip install 'safecert[all]' (or pip install onnx)",
+                fix="pip install 'safecert[bnn]'",
             ) from None
         try:
             model = onnx.load(str(path))
@@ -319,7 +319,7 @@ class ReluNetwork:
             raise ConfigError(
                 "reading torch policies needs torch",
                 field="policy",
-                fix="pip install 'safecert[all]'",
+                fix="pip install 'safecert[bnn]'",
             ) from None
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)

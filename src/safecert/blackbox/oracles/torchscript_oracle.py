@@ -36,7 +36,9 @@ class TorchScriptOracle:
                 import torch
             except ImportError:
                 raise OracleError(
-                    "torchscript: policies need torch", field="policy", fix="pip install torch"
+                    "torchscript: policies need torch",
+                    field="policy",
+                    fix="pip install 'safecert[torch]'",
                 ) from None
             torch.set_num_threads(1)
             path = Path(self.spec.target)

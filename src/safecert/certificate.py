@@ -34,11 +34,8 @@ evidence; :func:`verify_certificate` dispatches on ``kind``.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -48,6 +45,7 @@ from safecert import __version__
 from safecert.blackbox.result import BlackboxResult, SequentialResult
 from safecert.bnn.result import BnnResult
 from safecert.document import (
+    MAX_BYTES,
     FileDigest,
     Inputs,
     StrictModel,
@@ -57,20 +55,18 @@ from safecert.document import (
     sha256_file,
     to_jsonable,
 )
-from safecert.errors import DataError, SafecertError
+from safecert.errors import DataError
 from safecert.shield.result import ShieldResult
+from safecert.verification import short_repr
 
 __all__ = [
     "BlackboxCertificate",
     "BnnCertificate",
     "Certificate",
-    "Check",
-    "Evidence",
     "FileDigest",
     "Inputs",
     "SequentialCertificate",
     "ShieldCertificate",
-    "VerificationReport",
     "canonical_json",
     "certificate_bytes",
     "content_sha256",
@@ -80,25 +76,15 @@ __all__ = [
     "sha256_bytes",
     "sha256_file",
     "to_jsonable",
-    "verify_certificate",
     "write_certificate",
 ]
 
 Kind = Literal["blackbox", "sequential", "shield", "bnn"]
+KINDS = ("blackbox", "sequential", "shield", "bnn")
 
-#: kind -> module holding ``check(cert, evidence) -> VerificationReport``; imported lazily so that
-#: verifying one kind never needs another engine's dependencies.
-CHECKERS: dict[str, str] = {
-    "blackbox": "safecert.blackbox.check",
-    "sequential": "safecert.blackbox.check",
-    "shield": "safecert.shield.check",
-    "bnn": "safecert.bnn.check",
-}
 
 #: a parsed certificate is never nested deeper than this; deeper JSON is refused before parsing
 MAX_DEPTH = 64
-#: certificates larger than this are refused (the largest real ones are a few MB)
-MAX_BYTES = 256 << 20
 
 
 class _Envelope(StrictModel):
@@ -189,7 +175,7 @@ def parse_certificate(data: Any, *, source: str) -> Certificate:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
         # the union adds the kind as a path element: certificate.result.x, not certificate.bnn.result.x
-        if loc and loc[0] in CHECKERS:
+        if loc and loc[0] in KINDS:
             loc = loc[1:]
         where = ".".join(["certificate", *loc])
         if err["type"] == "missing":
@@ -199,7 +185,7 @@ def parse_certificate(data: Any, *, source: str) -> Certificate:
         if err["type"] == "extra_forbidden":
             raise DataError("is not a certificate field", field=where, fix="remove it") from None
         raise DataError(
-            f"{err['msg']} (got {_short(err.get('input'))})",
+            f"{err['msg']} (got {short_repr(err.get('input'))})",
             field=where,
             fix="regenerate the certificate with safecert",
         ) from None
@@ -304,199 +290,8 @@ def _max_depth(text: str) -> int:
     return deepest
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def content_sha256(cert: Certificate) -> str:
     """SHA-256 of the certificate's content without its timestamp (equal runs, equal digest)."""
     data = cert.model_dump(mode="json")
     data.pop("created_utc")
     return sha256_bytes(canonical_json(data).encode("utf-8"))
-
-
-@dataclass(frozen=True)
-class Check:
-    """One recomputed quantity: what was checked, whether it matched, and how."""
-
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclass
-class VerificationReport:
-    """What ``safecert verify`` found; ``ok`` only when every check matched (and there was one).
-    ``verdict``: the verdict the verified certificate states (None when its signature failed
-    and nothing else was read); it is what ``ok`` vouches for."""
-
-    kind: str
-    checks: list[Check] = field(default_factory=list)
-    verdict: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks)
-
-    @property
-    def failed(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
-
-    def add(self, name: str, ok: bool, detail: str = "") -> None:
-        self.checks.append(Check(name, bool(ok), detail))
-
-    def equal(self, name: str, recomputed: Any, claimed: Any) -> bool:
-        """Add a check that ``recomputed == claimed``; the detail shows both values."""
-        ok = _same(recomputed, claimed)
-        self.add(
-            name,
-            ok,
-            f"{_short(recomputed)}"
-            if ok
-            else f"recomputed {_short(recomputed)}, certificate {_short(claimed)}",
-        )
-        return ok
-
-    def compare_documents(self, name: str, recomputed: Any, claimed: Any, limit: int = 20) -> bool:
-        """One failing check per differing path of two JSON documents (at most ``limit``), or
-        one passing check when they are equal."""
-        fresh, given = to_jsonable(recomputed), to_jsonable(claimed)
-        diffs = list(_diff(fresh, given, name))
-        if not diffs:
-            self.add(name, True, "equal to the recomputed value")
-            return True
-        for path, mine, theirs in diffs[:limit]:
-            self.add(path, False, f"recomputed {_short(mine)}, certificate {_short(theirs)}")
-        if len(diffs) > limit:
-            self.add(name, False, f"{len(diffs) - limit} more differences")
-        return False
-
-
-_ABSENT = object()
-
-
-def _same(a: Any, b: Any) -> bool:
-    return not list(_diff(to_jsonable(a), to_jsonable(b), ""))
-
-
-def _diff(a: Any, b: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
-    """Paths where two JSON values differ. Floats must be equal to the last bit: the checker runs
-    the same deterministic code on the same evidence, so any difference is a change."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            yield from _diff(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{path}.{key}")
-    elif isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            yield f"{path} (length)", len(a), len(b)
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            yield from _diff(x, y, f"{path}[{i}]")
-    elif a is _ABSENT or b is _ABSENT:
-        yield path, "(absent)" if a is _ABSENT else a, "(absent)" if b is _ABSENT else b
-    elif type(a) is not type(b) and not (
-        isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool)
-    ):
-        yield path, a, b
-    elif a != b:
-        yield path, a, b
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Where the evidence behind a certificate lives, and how hard to check it.
-
-    ``data_dir``: the run folder (default: the certificate's folder); ``logs``: the shield's logs;
-    ``inputs_dir``: where the user's input files are now (default: ``inputs.root`` as recorded),
-    for checking a certificate on another machine; ``resimulate``: black-box episodes to re-run.
-    """
-
-    certificate_path: Path
-    logs: Path | None = None
-    data_dir: Path | None = None
-    inputs_dir: Path | None = None
-    resimulate: int = 0
-
-
-def locate_input(cert: Certificate, entry: FileDigest, evidence: Evidence) -> Path:
-    """Where the input file ``entry`` of ``cert.inputs.files`` is to be found now."""
-    path = Path(entry.path)
-    if path.is_absolute():
-        return path
-    root = Path(evidence.inputs_dir) if evidence.inputs_dir else Path(cert.inputs.root)
-    return root / path
-
-
-def locate_evidence(entry: FileDigest, evidence: Evidence) -> Path:
-    """Where the evidence file ``entry`` of ``cert.inputs.evidence`` is to be found now: by its
-    file name in ``--data DIR`` when given, else at its path relative to the certificate."""
-    path = Path(entry.path)
-    if evidence.data_dir:
-        return Path(evidence.data_dir) / path.name
-    if path.is_absolute():
-        return path
-    return Path(evidence.certificate_path).parent / path
-
-
-def check_file_digests(cert: Certificate, evidence: Evidence, report: VerificationReport) -> None:
-    """Re-hash every ``bytes`` digest in ``cert.inputs`` and re-list every ``listing`` (the
-    importable files of a folder; ``rows`` digests are the engine's)."""
-    entries = [(e, locate_input(cert, e, evidence)) for e in cert.inputs.files]
-    entries += [(e, locate_evidence(e, evidence)) for e in cert.inputs.evidence]
-    for entry, path in entries:
-        if entry.digest_of == "listing":
-            _check_listing(cert, entry, path, report)
-            continue
-        if entry.digest_of != "bytes":
-            continue
-        name = f"{entry.role} sha256 ({entry.path})"
-        if not path.is_file():
-            report.add(name, False, f"{path} does not exist (pass --inputs DIR or --data DIR)")
-            continue
-        report.equal(name, sha256_file(path), entry.sha256)
-
-
-def _check_listing(
-    cert: Certificate, entry: FileDigest, folder: Path, report: VerificationReport
-) -> None:
-    """The folder's importable files are exactly those certified: any extra one is named."""
-    from safecert.isolation import listing_digest, loadable_code
-
-    name = f"{entry.role} listing: the files Python can import from {entry.path}"
-    if not folder.is_dir():
-        report.add(name, False, f"{folder} is not a folder (pass --inputs DIR)")
-        return
-    certified = {Path(e.path).as_posix() for e in cert.inputs.files if e.digest_of == "bytes"}
-    try:
-        present = {p.relative_to(folder).as_posix() for p in loadable_code(folder)}
-        fresh = listing_digest(folder)
-    except SafecertError as exc:
-        report.add(name, False, str(exc))
-        return
-    extra = sorted(present - certified)
-    detail = (
-        f"not certified, importable by the policy or environment: {', '.join(extra[:5])}"
-        if extra
-        else f"sha256 {fresh}, claimed {entry.sha256}"
-    )
-    report.add(name, fresh == entry.sha256 and not extra, detail)
-
-
-def verify_certificate(cert: Certificate, evidence: Evidence) -> VerificationReport:
-    """Check every input and evidence digest first; when one fails, stop there — nothing from
-    the inputs is imported, started or read as code. Otherwise dispatch to the engine's checker
-    for ``cert.kind``."""
-    digests = VerificationReport(cert.kind)
-    check_file_digests(cert, evidence, digests)
-    if not digests.ok:
-        return digests
-    module_name = CHECKERS[cert.kind]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise DataError(
-            f"no checker for kind {cert.kind!r} is installed ({exc.name} missing)",
-            field="certificate.kind",
-            fix="install safecert[all]",
-        ) from None
-    report: VerificationReport = module.check(cert, evidence)
-    return report

@@ -27,6 +27,10 @@ from safecert.errors import DataError
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
+#: certificates larger than this are refused (the largest real ones are a few MB)
+MAX_BYTES = 256 << 20
+
+
 class StrictModel(BaseModel):
     """Frozen, no extra keys, no coercion, no defaults (by convention: declare none)."""
 

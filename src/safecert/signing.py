@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from safecert.certificate import MAX_BYTES, Check
-from safecert.document import canonical_json, durable_write, fsync_dir, sha256_bytes
+from safecert.document import MAX_BYTES, canonical_json, durable_write, fsync_dir, sha256_bytes
 from safecert.errors import ConfigError, DataError
+from safecert.verification import Check
 
 if TYPE_CHECKING:  # cryptography is imported where a key is used: reading a report needs none
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (

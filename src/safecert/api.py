@@ -32,8 +32,8 @@ if TYPE_CHECKING:
         Certificate,
         SequentialCertificate,
         ShieldCertificate,
-        VerificationReport,
     )
+    from safecert.verification import VerificationReport
 
 __all__ = [
     "certify_blackbox",
@@ -221,13 +221,9 @@ def verify(
     first; a bad signature ends there). ``inputs``/``data``: where the input and evidence folders
     are now; ``logs``: a shield's logs; ``resimulate``: re-run that many stored black-box episodes.
     Every digest is checked before any input code runs; vendor code runs in child processes."""
-    from safecert.certificate import (
-        Evidence,
-        VerificationReport,
-        read_certificate,
-        read_certificate_bytes,
-        verify_certificate,
-    )
+    from safecert.audit import Evidence, verify_certificate
+    from safecert.certificate import read_certificate, read_certificate_bytes
+    from safecert.verification import VerificationReport
 
     path = Path(path)
     if not 0 <= resimulate <= 1_000_000:

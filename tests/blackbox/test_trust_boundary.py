@@ -20,8 +20,9 @@ import pytest
 from safecert.blackbox.certify import build_certificate
 from safecert.blackbox.plan import plan_run
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import VerificationReport, canonical_json, read_certificate
+from safecert.certificate import canonical_json, read_certificate
 from safecert.cli.main import main
+from safecert.verification import VerificationReport
 
 PATCHES = """
 import os, pathlib

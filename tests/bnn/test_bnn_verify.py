@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from safecert.audit import Evidence
 from safecert.bnn.cegis import guard_reason
 from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, epsilon_record
 from safecert.bnn.check import check, parameters_config, replay_search
@@ -14,8 +15,9 @@ from safecert.bnn.config import benchmark_config
 from safecert.bnn.result import SearchRow
 from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
 from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
-from safecert.certificate import Evidence, VerificationReport, read_certificate
+from safecert.certificate import read_certificate
 from safecert.errors import DataError
+from safecert.verification import VerificationReport
 
 
 def test_epsilon_record_in_sigma_and_absolute():

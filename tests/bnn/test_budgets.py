@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from safecert.audit import Evidence
 from safecert.bnn.certify import certify_run
 from safecert.bnn.check import check, parameters_config
 from safecert.bnn.config import BnnConfig, benchmark_config
-from safecert.certificate import BnnCertificate, Evidence, read_certificate
+from safecert.certificate import BnnCertificate, read_certificate
 from safecert.errors import ConfigError, DataError
 
 #: the busy processes competing with a run for the machine's cores

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from safecert.certificate import Evidence, read_certificate
+from safecert.audit import Evidence
+from safecert.certificate import read_certificate
 from safecert.cli.main import main
 from safecert.errors import DataError
 from safecert.shield.check import check

@@ -32,24 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
+from safecert.audit import Evidence, check_file_digests, locate_evidence, locate_input
 from safecert.blackbox.certify import blackbox_result
 from safecert.blackbox.config import RunConfig, certified_parameters, load_run_config
 from safecert.blackbox.grid import Family
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord, episode_seed
 from safecert.blackbox.plan import episode_limit, kpi_ranges, runs_python_code
 from safecert.blackbox.store import EpisodeStore
-from safecert.certificate import (
-    BlackboxCertificate,
-    Certificate,
-    Evidence,
-    SequentialCertificate,
-    VerificationReport,
-    check_file_digests,
-    locate_evidence,
-    locate_input,
-)
+from safecert.certificate import BlackboxCertificate, Certificate, SequentialCertificate
 from safecert.config import parse_model
 from safecert.errors import ConfigError, DataError
+from safecert.verification import VerificationReport
 
 
 def check(cert: Certificate, evidence: Evidence) -> VerificationReport:

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from safecert.audit import Evidence, check_file_digests, locate_evidence
 from safecert.bnn.cegis import WALL_CLOCK_GUARD
 from safecert.bnn.certify import POLICY_FILE, check_records, epsilon_record, search_outcome
 from safecert.bnn.config import REMOVED_LIMITS, BnnConfig, bayesian_spec
@@ -67,17 +68,11 @@ from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.system import build_system
 from safecert.bnn.verifier import DEFAULT_MARGIN, Proof
 from safecert.bnn.witness import NO_INVARIANT, replay_witness
-from safecert.certificate import (
-    BnnCertificate,
-    Certificate,
-    Evidence,
-    VerificationReport,
-    check_file_digests,
-    locate_evidence,
-)
+from safecert.certificate import BnnCertificate, Certificate
 from safecert.config import validation_to_config_error
 from safecert.document import FileDigest
 from safecert.errors import ConfigError, DataError
+from safecert.verification import VerificationReport
 
 #: sampled closure checks (states of Inv × weights of the box, a quarter at random vertices and
 #: half at the two corners) replayed in float64 by ``safecert verify``

@@ -305,12 +305,13 @@ def certificate_claim(
 ) -> tuple[System, WeightBox, ReluNetwork]:
     """The system, weight box and invariant a ``bnn`` certificate claims (from its parameters,
     its policy copy and its ``result``); one DataError line when it has no invariant."""
+    from safecert.audit import Evidence
     from safecert.bnn.check import parameters_config, policy_copy
     from safecert.bnn.config import bayesian_spec
     from safecert.bnn.networks import read_policy_file
     from safecert.bnn.spec import Epsilon
     from safecert.bnn.system import build_system
-    from safecert.certificate import BnnCertificate, Evidence, read_certificate
+    from safecert.certificate import BnnCertificate, read_certificate
     from safecert.errors import DataError
 
     cert = read_certificate(cert_path)

@@ -11,7 +11,7 @@ from safecert.cli.output import as_flags, console, emit_json, table
 from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
-    from safecert.certificate import VerificationReport
+    from safecert.verification import VerificationReport
 
 
 def verify(

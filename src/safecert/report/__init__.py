@@ -47,8 +47,8 @@ def write_run_report(cert_path: Path) -> Path:
     cert = read_certificate(cert_path)
     out = cert_path.parent / "report.html"
     if isinstance(cert, BlackboxCertificate | SequentialCertificate):
+        from safecert.audit import Evidence, locate_evidence
         from safecert.blackbox.store import EpisodeStore
-        from safecert.certificate import Evidence, locate_evidence
 
         entry = next(e for e in cert.inputs.evidence if e.role == "episodes")
         with EpisodeStore(locate_evidence(entry, Evidence(cert_path)), create=False) as store:

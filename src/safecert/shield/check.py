@@ -25,17 +25,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from safecert.certificate import (
-    Certificate,
-    Evidence,
-    FileDigest,
-    ShieldCertificate,
-    VerificationReport,
-    check_file_digests,
-    locate_evidence,
-    locate_input,
-    sha256_file,
-)
+from safecert.audit import Evidence, check_file_digests, locate_evidence, locate_input
+from safecert.certificate import Certificate, FileDigest, ShieldCertificate, sha256_file
 from safecert.errors import DataError, SafecertError
 from safecert.shield.certify import build_result, complete_shield, verdict_for
 from safecert.shield.estimate import estimate
@@ -43,6 +34,7 @@ from safecert.shield.logs import iter_steps
 from safecert.shield.model import load_model
 from safecert.shield.report import allowed_from_json, allowed_to_json, missing_live_states
 from safecert.shield.result import SynthesizeParameters, parse_parameters
+from safecert.verification import VerificationReport
 
 
 def check(cert: Certificate, evidence: Evidence) -> VerificationReport:

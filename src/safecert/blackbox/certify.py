@@ -14,7 +14,7 @@ rejudging and replay reuse them):
    goal key the environment does not provide is one error), fix the observation ranges
    (:mod:`safecert.blackbox.preflight`).
 4. :func:`run_jobs` — every (cell, index) not yet stored, stage 1 first; records are committed per
-   finished chunk, with a progress bar on stderr.
+   finished chunk, each committed batch reported as a progress event (:mod:`safecert.blackbox.progress`).
 5. :func:`finish` — judge (:mod:`safecert.blackbox.judge`), write ``certificate.json`` and the
    report (HTML, Markdown, PNG ODD maps).
 
@@ -24,7 +24,6 @@ passing cells, valid simultaneously with confidence ``spec.confidence``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +36,7 @@ from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.judge import judge_run
 from safecert.blackbox.oracles import make_oracle
 from safecert.blackbox.plan import RunPlan, plan_run
+from safecert.blackbox.progress import Progress, RunTracker, run_events
 from safecert.blackbox.result import (
     Axis,
     BlackboxResult,
@@ -50,6 +50,7 @@ from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import BlackboxCertificate, make_certificate, write_certificate
 from safecert.document import FileDigest, Inputs
 from safecert.errors import ConfigError
+from safecert.events import Events
 
 
 def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
@@ -124,26 +125,30 @@ def run_jobs(
     ctx: RunContext,
     store: EpisodeStore,
     *,
-    progress: bool = True,
+    progress: RunTracker | None = None,
     commit_every: int = 32,
 ) -> int:
     """Run ``jobs`` and store each record; returns the number of new records.
 
     Records are committed ``commit_every`` at a time and at the end (each commit is synced to
     disk), so a crash loses at most that many episodes, which ``--resume`` re-runs with the same
-    seeds; a sync per few episodes would cost more than a cheap episode."""
-    from safecert.blackbox.progress import RunProgress
-
+    seeds; a sync per few episodes would cost more than a cheap episode. ``progress`` sees each
+    committed batch (:class:`~safecert.blackbox.progress.RunTracker`)."""
     added = 0
     pending: list[EpisodeRecord] = []
-    with RunProgress(ctx, jobs, store, enabled=progress) as bar:
-        for record in backend.run(jobs, ctx):
-            pending.append(record)
-            bar.advance(record)
-            if len(pending) >= commit_every:
-                added += store.add(pending)
-                pending.clear()
-        added += store.add(pending)
+
+    def commit() -> int:
+        n = store.add(pending)
+        if progress is not None:
+            progress.add(pending)
+        pending.clear()
+        return n
+
+    for record in backend.run(jobs, ctx):
+        pending.append(record)
+        if len(pending) >= commit_every:
+            added += commit()
+    added += commit()
     return added
 
 
@@ -272,7 +277,7 @@ def certify(
     backend: Backend | None = None,
     workers: int | None = None,
     resume: bool = False,
-    progress: bool | None = None,
+    progress: Progress = None,
     sign_key: Path | None = None,
     base_dir: Path | None = None,
 ) -> BlackboxCertificate:
@@ -281,12 +286,53 @@ def certify(
     ``base_dir``: where the config's relative paths resolve (default: the config's folder)."""
     plan = plan_run(config_path, base_dir)
     backend = backend or LocalBackend(workers or plan.config.workers)
-    if progress is None:
-        progress = sys.stderr.isatty()
-    with open_store(plan, out_dir, resume=resume) as store, closing_local(backend):
+    with (
+        run_events(progress) as events,
+        open_store(plan, out_dir, resume=resume) as store,
+        closing_local(backend),
+    ):
         ctx = make_context(plan, store)
-        run_jobs(backend, plan.all_jobs(store.done()), ctx, store, progress=progress)
-        return finish(plan, store, out_dir, sign_key=sign_key)
+        tracker = fixed_tracker(plan, store, events)
+        tracker.start()
+        run_jobs(backend, plan.all_jobs(store.done()), ctx, store, progress=tracker)
+        cert = finish(plan, store, out_dir, sign_key=sign_key)
+        tracker.finish(cert.verdict)
+        return cert
+
+
+def fixed_tracker(plan: RunPlan, store: EpisodeStore, events: Events) -> RunTracker:
+    """The progress of a fixed-N run: each cell is decided (at its δ', as :func:`judge_run`
+    will) once its N episodes are stored."""
+    from safecert.blackbox.judge import judge_cell
+
+    spec = plan.config.spec
+
+    def judge(cell: int) -> dict[str, Any]:
+        c = judge_cell(
+            store.records(cell),
+            params=plan.cells[cell],
+            budget=spec.budget,
+            p_star=spec.p_star,
+            delta_cell=plan.family.delta_cell,
+            return_range=None,
+            cost_range=None,
+        )
+        return {
+            "decision": c.decision,
+            "episodes": c.episodes,
+            "failures": c.failures,
+            "upper_bound": c.upper_bound,
+        }
+
+    return RunTracker(
+        events,
+        engine="blackbox",
+        cells=plan.cells,
+        targets=[plan.config.episodes] * len(plan.cells),
+        store=store,
+        budget=spec.budget,
+        judge=judge,
+    )
 
 
 @contextmanager

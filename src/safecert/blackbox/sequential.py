@@ -37,7 +37,6 @@ data-dependent episode count they are descriptive, not anytime-valid (``result.s
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -58,6 +57,7 @@ from safecert.blackbox.grid import Family
 from safecert.blackbox.jobs import EpisodeRecord, make_jobs
 from safecert.blackbox.judge import failure_flags
 from safecert.blackbox.plan import plan_run
+from safecert.blackbox.progress import Progress, RunTracker, run_events
 from safecert.blackbox.result import (
     Cell,
     SequentialBlock,
@@ -182,7 +182,7 @@ def certify_sequential(
     out_dir: Path,
     backend: Backend | None = None,
     resume: bool = False,
-    progress: bool | None = None,
+    progress: Progress = None,
     sign_key: Path | None = None,
     base_dir: Path | None = None,
 ) -> Certificate:
@@ -192,14 +192,25 @@ def certify_sequential(
     settings = sequential_settings(plan.config)
     rule = build_rule(plan.config, plan.family, settings)
     backend = backend or LocalBackend(plan.config.workers)
-    if progress is None:
-        progress = sys.stderr.isatty()
     cells = list(range(plan.family.size))
     phases = [[plan.stage1_cell], [c for c in cells if c != plan.stage1_cell]]
     budget = plan.config.spec.budget
     rounds = 0
-    with open_store(plan, out_dir, resume=resume) as store, closing_local(backend):
+    with (
+        run_events(progress) as events,
+        open_store(plan, out_dir, resume=resume) as store,
+        closing_local(backend),
+    ):
         ctx = make_context(plan, store)
+        tracker = RunTracker(
+            events,
+            engine="sequential",
+            cells=plan.cells,
+            targets=[plan.config.episodes] * len(plan.cells),
+            store=store,
+            budget=budget,
+        )
+        tracker.start()
         for phase in phases:
             while True:
                 jobs = []
@@ -210,12 +221,21 @@ def certify_sequential(
                     # got: a resumed run stores what an uninterrupted one does (verify checks it)
                     target = scheduled_episodes(rule, settings, x)
                     if target <= x.size:
+                        if cell not in tracker.decisions:
+                            res = rule.decide(x)
+                            tracker.decided(
+                                cell,
+                                decision=res.decision,
+                                episodes=int(res.episodes),
+                                failures=int(res.failures),
+                                upper_bound=float(res.upper),
+                            )
                         continue
                     jobs.extend(make_jobs(plan.config.seed, cell, target, done))
                 if not jobs:
                     break
                 rounds += 1
-                run_jobs(backend, jobs, ctx, store, progress=progress)
+                run_jobs(backend, jobs, ctx, store, progress=tracker)
         store.set_meta("sequential_rounds", store.get_meta("sequential_rounds", 0) + rounds)
         verdict, result = sequential_result(
             plan.config,
@@ -234,6 +254,7 @@ def certify_sequential(
         )
         assert isinstance(cert, SequentialCertificate)
         write_certificate(cert, Path(out_dir) / "certificate.json", sign_key=sign_key)
+        tracker.finish(cert.verdict)
     return cert
 
 

@@ -64,6 +64,7 @@ from safecert.bnn.verifier import Counterexample, Proof, Unknown
 from safecert.bnn.witness import Witness
 from safecert.certificate import BnnCertificate, make_certificate, write_certificate
 from safecert.document import FileDigest, Inputs, durable_write, file_digest
+from safecert.events import Events
 
 POLICY_FILE = "policy.npz"
 CERTIFICATE_FILE = "certificate.json"
@@ -307,10 +308,13 @@ def certify_run(
     *,
     sign_key: Path | None = None,
     progress: Callable[[int, str], None] | None = None,
+    events: Events | None = None,
 ) -> BnnRun:
     """Run ``cfg`` (read from ``config_path``, or built from ``--benchmark`` when None) and write
     its artifacts into ``out`` (module docstring). ``progress(iteration, text)`` sees each CEGIS
-    event. Verdict SAFE only on a proof of all three conditions for the certified ε."""
+    event; ``events`` (:mod:`safecert.events`) sees the run: ``run_started``, ``epsilon_started``,
+    ``cegis_iteration``, ``epsilon_finished``, ``run_finished`` (docs/bnn.md). Verdict SAFE only
+    on a proof of all three conditions for the certified ε."""
     from safecert.bnn.plot import can_plot, plot_invariant
 
     base = config_path.parent if config_path is not None else None
@@ -324,11 +328,33 @@ def certify_run(
     durable_write(out / name, copy)
     mean = read_policy_file(out / name)
     inputs = run_inputs(config_path, policy_path, out)
+    events = events if events is not None else Events()
     problem = BnnProblem(system, mean, spec, cfg)
-    problem.progress = progress
+    current: list[str] = [""]
+
+    def iteration(it: int, text: str) -> None:
+        events.emit("cegis_iteration", epsilon=current[0], iteration=it, text=text)
+        if progress is not None:
+            progress(it, text)
+
+    def attempt(e: Epsilon, warm: Any, limit: float) -> Any:
+        current[0] = str(e)
+        events.emit("epsilon_started", epsilon=current[0])
+        res = problem.run(e, warm, limit, plan.guard_key)
+        events.emit(
+            "epsilon_finished",
+            epsilon=current[0],
+            verdict=res.verdict,
+            reason=res.reason,
+            iterations=res.iterations,
+        )
+        return res
+
+    problem.progress = iteration
     plan = search_plan(cfg)
+    events.emit("run_started", engine="bnn", epsilons=[str(e) for e in plan.ladder])
     found = search_epsilon(
-        lambda e, warm, limit: problem.run(e, warm, limit, plan.guard_key),
+        attempt,
         plan.ladder,
         total_time_s=plan.total_time_s,
         bisection_steps=plan.bisection_steps,
@@ -351,4 +377,10 @@ def certify_run(
     else:
         (out / PLOT_FILE).unlink(missing_ok=True)  # a previous run's picture is not this run's
     path = write_certificate(cert, out / CERTIFICATE_FILE, sign_key=sign_key)
+    events.emit(
+        "run_finished",
+        engine="bnn",
+        verdict=cert.verdict,
+        epsilon=None if shown is None else str(shown.epsilon),
+    )
     return BnnRun(cert, path, plot, shown)

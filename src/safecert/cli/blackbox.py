@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from safecert import procs
-from safecert.cli.output import SignKeyOpt, as_flags, console, emit_json, table
+from safecert.cli.output import (
+    EventsOpt,
+    JunitOpt,
+    SignKeyOpt,
+    as_flags,
+    command_events,
+    console,
+    emit_json,
+    table,
+    write_junit_for,
+)
 from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
     from safecert.blackbox.backends import Backend
     from safecert.certificate import Certificate
+    from safecert.events import Events
 
 
 def _verdict_table(cert) -> None:
@@ -100,8 +110,10 @@ def certify(
         bool, typer.Option("--json", help="Print the certificate as JSON.")
     ] = False,
     sign_key: SignKeyOpt = None,
+    junit: JunitOpt = None,
+    events: EventsOpt = None,
 ) -> None:
-    """Certify a black-box policy over its envelope grid; exit 1 when the verdict is FAIL.
+    """Certify a black-box policy over its envelope grid; exit 1 when the verdict is not PASS.
 
     Writes DIR/certificate.json, DIR/episodes.sqlite, DIR/report.html, DIR/report.md and PNG ODD maps.
 
@@ -110,10 +122,16 @@ def certify(
     if replay is not None:
         _replay(config, out, *_parse_replay(replay), json_out)
         return
+    from safecert.blackbox.progress import ProgressBar
+
     runner = _backend(backend, address, workers)
-    progress = sys.stderr.isatty() and not json_out
-    with procs.reaping(), as_flags("out", "resume", "address"):
+    with (
+        command_events(events, ProgressBar, quiet=json_out) as progress,
+        procs.reaping(),
+        as_flags("out", "resume", "address"),
+    ):
         cert = _run(config, out, runner, sequential, resume, progress, sign_key)
+    write_junit_for(junit, f"safecert certify {config}", cert, "certify")
     if json_out:
         emit_json(cert.model_dump(mode="json"))
     else:
@@ -129,7 +147,7 @@ def _run(
     runner: Backend,
     sequential: bool,
     resume: bool,
-    progress: bool,
+    progress: Events,
     sign_key: Path | None,
 ) -> Certificate:
     """One certification; vendors it starts are reaped by the caller's :func:`procs.reaping`."""
@@ -210,6 +228,7 @@ def rejudge(
         bool, typer.Option("--json", help="Print the certificate as JSON.")
     ] = False,
     sign_key: SignKeyOpt = None,
+    junit: JunitOpt = None,
 ) -> None:
     """Re-judge stored episodes at another budget and p* (no new episodes); exit 1 on FAIL.
 
@@ -221,6 +240,7 @@ def rejudge(
     with as_flags("budget", "p_star", "out"):
         cert, where = run_rejudge(run_dir, budget, p_star, out, sign_key=sign_key)
     write_run_report(where / "certificate.json")
+    write_junit_for(junit, f"safecert rejudge {run_dir}", cert, "rejudge")
     if json_out:
         emit_json(cert.model_dump(mode="json"))
     else:

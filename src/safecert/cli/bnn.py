@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from safecert.cli.output import console, emit_json, err_console, table
+from safecert.cli.output import (
+    EventsOpt,
+    JunitOpt,
+    command_events,
+    console,
+    emit_json,
+    err_console,
+    table,
+    write_junit_for,
+)
 from safecert.errors import ConfigError
 
 app = typer.Typer(
@@ -54,6 +62,8 @@ def verify(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log CEGIS progress.")] = False,
+    junit: JunitOpt = None,
+    events: EventsOpt = None,
 ) -> None:
     """Learn and verify a positive invariant; exit 0 when SAFE, 1 when UNKNOWN.
 
@@ -63,7 +73,7 @@ def verify(
     Example: safecert bnn verify --benchmark lds --epsilon 0.5sigma --out runs/lds
     """
     from safecert.bnn.certify import certify_run
-    from safecert.bnn.config import benchmark_config, load_config
+    from safecert.bnn.setup import benchmark_config, load_config
 
     if (config is None) == (benchmark is None):
         raise ConfigError(
@@ -100,11 +110,12 @@ def verify(
         load_private_key(sign_key)
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    with _progress(quiet=json_out) as update:
-        run = certify_run(cfg, config, out, sign_key=sign_key, progress=update)
+    with command_events(events, _Spinner, quiet=json_out) as progress:
+        run = certify_run(cfg, config, out, sign_key=sign_key, events=progress)
     from safecert.report import write_run_report
 
     write_run_report(run.path)
+    write_junit_for(junit, f"safecert bnn verify {config or benchmark}", run.certificate, "bnn")
     summary = run.summary()
     if json_out:
         emit_json(summary)
@@ -143,23 +154,34 @@ def _dump(v: Any) -> Any:
     return v.model_dump() if hasattr(v, "model_dump") else v
 
 
-class _progress:
-    """A rich spinner showing the latest CEGIS event (silent with --json)."""
+class _Spinner:
+    """A rich spinner on stderr showing the current ε and the latest CEGIS event."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
+    def __init__(self) -> None:
         self.status: Any = None
+        self.epsilon = ""
 
-    def __enter__(self) -> Callable[[int, str], None]:
-        if self.quiet:
-            return lambda it, text: None
-        self.status = err_console.status("CEGIS: starting")
-        self.status.__enter__()
-        return lambda it, text: self.status.update(f"CEGIS iteration {it}: {text}")
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        if kind == "run_started":
+            self.status = err_console.status("CEGIS: starting")
+            self.status.__enter__()
+        elif self.status is None:
+            return
+        elif kind == "epsilon_started":
+            self.epsilon = event["epsilon"]
+            self.status.update(f"ε = {self.epsilon}: CEGIS starting")
+        elif kind == "cegis_iteration":
+            self.status.update(
+                f"ε = {self.epsilon}: CEGIS iteration {event['iteration']}: {event['text']}"
+            )
+        elif kind == "run_finished":
+            self.close()
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         if self.status is not None:
-            self.status.__exit__(*exc)
+            self.status.__exit__(None, None, None)
+            self.status = None
 
 
 def _print(summary: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +18,26 @@ SignKeyOpt = Annotated[
     typer.Option(
         "--sign-key",
         help="Ed25519 private key (safecert keygen): also write CERT.sig next to the certificate.",
+    ),
+]
+
+#: ``--junit FILE``, shared by every command that judges something
+JunitOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--junit",
+        help="Also write the result as JUnit XML (one test case per cell, check or ε attempt) "
+        "for a CI server.",
+    ),
+]
+
+#: ``--events FILE``, shared by the long-running commands
+EventsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--events",
+        help="Write progress events as JSON lines (run started, batches stored, cells decided, "
+        "run finished; docs/blackbox.md) to FILE while the run goes.",
     ),
 ]
 
@@ -57,3 +77,35 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     for row in rows:
         tab.add_row(*[f"{v:.5f}" if isinstance(v, float) else str(v) for v in row])
     return tab
+
+
+@contextmanager
+def command_events(
+    events_file: Path | None, terminal: Callable[[], Any] | None, *, quiet: bool
+) -> Iterator[Any]:
+    """The progress events of one command: ``terminal()``'s live view when stderr is a terminal
+    (none with ``quiet``, i.e. --json), plain progress lines every ~10 s when it is not (a CI log;
+    stdout stays clean), and JSON lines into ``events_file`` when given."""
+    from safecert.events import Events, JsonLines, ProgressLines
+
+    events = Events()
+    if sys.stderr.isatty():
+        if terminal is not None and not quiet:
+            events.subscribe(terminal())
+    else:
+        events.subscribe(ProgressLines())
+    if events_file is not None:
+        events.subscribe(JsonLines(events_file))
+    try:
+        yield events
+    finally:
+        events.close()
+
+
+def write_junit_for(path: Path | None, name: str, cert: Any, command: str) -> None:
+    """``--junit FILE``: the certificate's test cases (:mod:`safecert.report.junit`)."""
+    if path is None:
+        return
+    from safecert.report.junit import certificate_cases, certificate_properties, write_junit
+
+    write_junit(path, name, certificate_cases(cert, command), certificate_properties(cert))

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from safecert.cli.output import as_flags, console, emit_json, err_console, table
+from safecert.cli.output import (
+    JunitOpt,
+    as_flags,
+    console,
+    emit_json,
+    err_console,
+    table,
+    write_junit_for,
+)
 
 if TYPE_CHECKING:
     from safecert.shield.certify import ShieldRun
@@ -113,6 +121,7 @@ def certify(
     ] = None,
     sign_key: SignKeyOpt = None,
     json_out: JsonOpt = False,
+    junit: JunitOpt = None,
 ) -> None:
     """Certify a shield: with confidence 1−δ every controller it admits reaches an unsafe state
     within T calls with probability at most V̄_T(s0).
@@ -126,6 +135,7 @@ def certify(
             model_path, logs_path, out, shield_path=shield, epsilon=epsilon, sign_key=sign_key
         )
     _report(out)
+    write_junit_for(junit, f"safecert shield certify {out}", run.certificate, "shield.certify")
     _show(run, out, json_out)
     if run.certificate.verdict == "FAIL":
         raise typer.Exit(1)
@@ -149,6 +159,7 @@ def synthesize(
     ] = False,
     sign_key: SignKeyOpt = None,
     json_out: JsonOpt = False,
+    junit: JunitOpt = None,
 ) -> None:
     """Least-restrictive shield with V̄_T(s0) ≤ ε, and its certificate (Alg. 1; Cor. 2: no sample
     splitting needed).
@@ -166,6 +177,7 @@ def synthesize(
             sign_key=sign_key,
         )  # fmt: skip
     _report(out)
+    _synthesis_junit(junit, out, run, allow_goal_unreachable)
     _show(run, out, json_out)
     if "fallback" in run.summary:
         _say("note: greedy made the goal unreachable; using the additive shield")
@@ -176,6 +188,27 @@ def synthesize(
             "logs, raise --epsilon, or pass --allow-goal-unreachable"
         )
         raise typer.Exit(1)
+
+
+def _synthesis_junit(junit: Path | None, out: Path, run: ShieldRun, allow: bool) -> None:
+    """The certificate's case, and the goal's reachability as a case when it fails the command."""
+    if junit is None:
+        return
+    from safecert.report.junit import Case, certificate_properties, shield_case, write_junit
+
+    cert = run.certificate
+    cases = [shield_case(cert, "shield.synthesize")]
+    if cert.result.goal_reachable is not None and not allow:
+        cases.append(
+            Case(
+                "goal reachable under the shield",
+                "safecert.shield.synthesize",
+                {"goal_reachable": cert.result.goal_reachable},
+                None if cert.result.goal_reachable else "the shield blocks the task",
+                "GOAL_UNREACHABLE",
+            )
+        )
+    write_junit(junit, f"safecert shield synthesize {out}", cases, certificate_properties(cert))
 
 
 if importlib.util.find_spec("safecert.cli.shield_diagnose") is not None:

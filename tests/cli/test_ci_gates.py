@@ -291,3 +291,25 @@ def test_progress_lines_are_rate_limited():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 + 2
     assert lines[1] == "safecert: 40/100 episodes, 0/2 cells decided, 0 failures, ETA 18 s"
+
+
+def test_sequential_certify_junit_and_events(tmp_path, cli_here):
+    config = pipeline_helpers.cartpole_run(tmp_path, episodes=40, max_steps=40)
+    config.write_text(config.read_text() + '\n[sequential]\nmethod = "curtail"\n')
+    res = cli_here(
+        "certify", config, "--out", tmp_path / "out", "--workers", "1", "--json",
+        "--junit", tmp_path / "seq.xml", "--events", tmp_path / "seq.jsonl",
+    )  # fmt: skip
+    cert = res.json()
+    assert cert["kind"] == "sequential" and res.code == (0 if cert["verdict"] == "PASS" else 1)
+    _, cases = junit_cases(tmp_path / "seq.xml")
+    cells = cert["result"]["cells"]
+    assert len(cases) == 1 + len(cells)
+    for case, cell in zip(cases[1:], cells, strict=True):
+        assert _values(case)["decision"] == cell["decision"]
+        assert (case.find("failure") is not None) == (cell["decision"] != "PASS")
+    events = _events(tmp_path / "seq.jsonl")
+    assert events[0]["engine"] == "sequential" and events[-1]["kind"] == "run_finished"
+    assert events[-1]["verdict"] == cert["verdict"]
+    decided = {e["cell"]: e["decision"] for e in events if e["kind"] == "cell_decided"}
+    assert decided == {i: c["decision"] for i, c in enumerate(cells)}

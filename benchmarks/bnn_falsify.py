@@ -58,11 +58,12 @@ from pathlib import Path
 
 import numpy as np
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.dynamics import System
 from safecert.bnn.networks import Layer, forward
 from safecert.bnn.sampling import BatchedLayers, batched_forward, network_at, sample_box_weights
 from safecert.bnn.sets import Box
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.system import box_of, build_system
 from safecert.bnn.witness import corner_networks, search_segment, segment_networks

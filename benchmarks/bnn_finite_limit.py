@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.finite import analyse_finite
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import Epsilon
 from safecert.bnn.system import build_system
 

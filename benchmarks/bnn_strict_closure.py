@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import safecert.bnn.verifier as verifier_module
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.search import BnnProblem
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import parse_epsilon
 from safecert.bnn.system import build_system
 

@@ -24,9 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network  # noqa: E402
+from safecert.bnn.config import bayesian_spec, load_policy_network  # noqa: E402
 from safecert.bnn.dynamics import Dynamics, System  # noqa: E402
 from safecert.bnn.search import BnnProblem  # noqa: E402
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import parse_epsilon  # noqa: E402
 from safecert.bnn.system import build_system  # noqa: E402
 from safecert.bnn.verifier import Counterexample, Proof, Verifier  # noqa: E402

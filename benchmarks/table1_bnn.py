@@ -25,13 +25,9 @@ import time
 from pathlib import Path
 
 from safecert.bnn.cegis import CegisResult
-from safecert.bnn.config import (
-    BENCHMARKS,
-    bayesian_spec,
-    benchmark_config,
-    load_policy_network,
-)
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.search import BnnProblem, Warm, search_epsilon
+from safecert.bnn.setup import BENCHMARKS, benchmark_config
 from safecert.bnn.spec import Epsilon
 from safecert.bnn.system import build_system
 

@@ -118,3 +118,21 @@ def test_the_checker_knows_a_violation_when_it_sees_one(tmp_path):
         assert layer_of(found[0]) > layer_of(module_name(fake))
     finally:
         fake.unlink()
+
+
+def test_the_bnn_config_models_import_nothing_that_reads_them():
+    """``bnn.config`` (the models) sits below the system, the search and the learner that use
+    it; the checks that need them live in ``bnn.setup`` (no cycle, one set of defaults)."""
+    above = (
+        "safecert.bnn.search",
+        "safecert.bnn.system",
+        "safecert.bnn.setup",
+        "safecert.bnn.learner",
+    )
+    found = [t for _, t in imports_of(PACKAGE / "bnn" / "config.py") if t.startswith(above)]
+    assert not found, found
+    from safecert.bnn.config import LearnerConfig, LearnerSettings
+
+    for name, field in LearnerConfig.model_fields.items():
+        if hasattr(LearnerSettings, name):
+            assert field.default == getattr(LearnerSettings, name), name

@@ -181,7 +181,8 @@ def verify_bnn(
     system) and return the certificate: SAFE only on a proof of all three conditions for the
     certified ε (docs/bnn.md); paths in a dictionary resolve from the current folder."""
     from safecert.bnn.certify import certify_run
-    from safecert.bnn.config import BnnConfig, benchmark_config, load_config
+    from safecert.bnn.config import BnnConfig
+    from safecert.bnn.setup import benchmark_config, check_config, load_config
     from safecert.config import parse_model
 
     if (config is None) == (benchmark is None):
@@ -193,8 +194,10 @@ def verify_bnn(
         cfg = benchmark_config(benchmark)
     elif isinstance(config, BnnConfig):
         cfg = config
+        check_config(cfg)
     elif isinstance(config, Mapping):
         cfg = parse_model(BnnConfig, dict(config))
+        check_config(cfg)
     else:
         config_path = Path(str(config))
         cfg = load_config(config_path)

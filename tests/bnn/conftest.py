@@ -51,7 +51,7 @@ class LdsRun:
 def unknown_run(tmp_path_factory) -> Path:
     """certificate.json of a real ``--benchmark lds`` run cut off at once: UNKNOWN, one attempt."""
     from safecert.bnn.certify import certify_run
-    from safecert.bnn.config import benchmark_config
+    from safecert.bnn.setup import benchmark_config
 
     cfg = benchmark_config(
         "lds_x04",

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from safecert.bnn.config import BnnConfig, bayesian_spec, benchmark_config, load_config
+from safecert.bnn.config import BnnConfig, bayesian_spec
 from safecert.bnn.networks import load_policy
+from safecert.bnn.setup import benchmark_config, load_config
 from safecert.bnn.verifier import DEFAULT_MARGIN
 from safecert.document import sha256_file
 from safecert.errors import ConfigError

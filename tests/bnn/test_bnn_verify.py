@@ -11,9 +11,9 @@ from safecert.audit import Evidence
 from safecert.bnn.cegis import guard_reason
 from safecert.bnn.certify import NO_ATTEMPT, POLICY_FILE, epsilon_record
 from safecert.bnn.check import check, parameters_config, replay_search
-from safecert.bnn.config import benchmark_config
 from safecert.bnn.result import SearchRow
 from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
 from safecert.certificate import read_certificate
 from safecert.errors import DataError

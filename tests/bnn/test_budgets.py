@@ -17,7 +17,8 @@ import pytest
 from safecert.audit import Evidence
 from safecert.bnn.certify import certify_run
 from safecert.bnn.check import check, parameters_config
-from safecert.bnn.config import BnnConfig, benchmark_config
+from safecert.bnn.config import BnnConfig
+from safecert.bnn.setup import benchmark_config
 from safecert.certificate import BnnCertificate, read_certificate
 from safecert.errors import ConfigError, DataError
 

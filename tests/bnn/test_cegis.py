@@ -13,11 +13,12 @@ from safecert.bnn.cegis import (
     guard_reason,
     initial_data,
 )
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.learner import Learner, LearnerSettings, TrainingData
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy, closed_loop
 from safecert.bnn.search import BnnProblem
+from safecert.bnn.setup import benchmark_config, load_config
 from safecert.bnn.spec import parse_epsilon
 from safecert.bnn.system import build_system, get_benchmark
 from safecert.bnn.verifier import Proof, Verifier

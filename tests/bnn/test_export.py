@@ -8,10 +8,11 @@ import re
 import numpy as np
 import pytest
 
-from safecert.bnn.config import bayesian_spec, benchmark_config
+from safecert.bnn.config import bayesian_spec
 from safecert.bnn.export import closed_loop_model, vnnlib_files
 from safecert.bnn.networks import ReluNetwork, forward, load_policy
 from safecert.bnn.sampling import sample_box_weights
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.system import build_system
 
 ort = pytest.importorskip("onnxruntime")

@@ -10,7 +10,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.finite import (
     STRICT_GAP,
     FiniteAnalysis,
@@ -20,6 +20,7 @@ from safecert.bnn.finite import (
 )
 from safecert.bnn.networks import forward
 from safecert.bnn.search import BnnProblem, search_epsilon
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import parse_epsilon
 from safecert.bnn.system import build_system, get_benchmark
 from safecert.errors import ConfigError

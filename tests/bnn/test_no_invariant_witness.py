@@ -11,8 +11,9 @@ import math
 
 import numpy as np
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.networks import load_policy
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import Epsilon
 from safecert.bnn.system import build_system
 from safecert.bnn.witness import find_witness

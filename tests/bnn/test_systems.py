@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from safecert.bnn.config import BnnConfig, DynamicsConfig, SetsConfig, load_config
+from safecert.bnn.config import BnnConfig, DynamicsConfig, SetsConfig
 from safecert.bnn.encoding import encode_network, state_vars
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sets import Box
+from safecert.bnn.setup import load_config
 from safecert.bnn.solvers import Milp, solve
 from safecert.bnn.system import benchmark_tables, build_system, get_benchmark
 from safecert.errors import ConfigError

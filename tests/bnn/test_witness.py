@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from safecert.bnn.config import bayesian_spec, benchmark_config, load_policy_network
+from safecert.bnn.config import bayesian_spec, load_policy_network
 from safecert.bnn.networks import forward
 from safecert.bnn.sampling import batched_forward, sample_box_weights
 from safecert.bnn.search import BnnProblem
+from safecert.bnn.setup import benchmark_config
 from safecert.bnn.spec import Epsilon, parse_epsilon
 from safecert.bnn.system import build_system
 from safecert.bnn.witness import corner_networks, find_witness, replay_witness, search_segment

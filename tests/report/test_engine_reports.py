@@ -106,7 +106,7 @@ def test_shield_report_map_legend_fences_and_tables(shields, which):
 @pytest.fixture(scope="module")
 def bnn_unknown(tmp_path_factory):
     from safecert.bnn.certify import certify_run
-    from safecert.bnn.config import benchmark_config
+    from safecert.bnn.setup import benchmark_config
 
     cfg = benchmark_config(
         "lds_x04",

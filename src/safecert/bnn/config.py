@@ -37,14 +37,12 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from safecert.bnn.networks import (
-    BENCHMARK_POLICIES,
     POLICY_SUFFIXES,
     ReluNetwork,
     load_policy,
     read_policy_file,
 )
 from safecert.bnn.spec import BayesianSpec, Epsilon, parse_epsilon
-from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,7 +52,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LearnerSettings:
     """Hyper-parameters of :class:`~safecert.bnn.learner.Learner` (epochs over D_spec, Adam
-    learning rate, weight λ and margin of the counterexample loss, torch threads)."""
+    learning rate, weight λ and margin of the counterexample loss, torch threads). These are the
+    only defaults: ``[learner]`` in a config (:class:`LearnerConfig`) takes each of them."""
 
     hidden: tuple[int, ...] = (12,)
     epochs: int = 60
@@ -62,7 +61,7 @@ class LearnerSettings:
     batch_size: int = 256
     learning_rate: float = 1e-2
     lam: float = 10.0
-    margin: float = 0.0
+    margin: float = 0.05
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -73,7 +72,7 @@ class LearnerSettings:
             raise ConfigError(
                 "learning_rate must be > 0, lam and margin >= 0",
                 field="learner",
-                fix="use e.g. learning_rate = 5e-3, lam = 1.0, margin = 0.0",
+                fix="use e.g. learning_rate = 5e-3, lam = 1.0, margin = 0.05",
             )
 
 
@@ -188,8 +187,8 @@ class LearnerConfig(_Model):
     batch_size: int = Field(default=LearnerSettings.batch_size, ge=1, le=MAX_SAMPLES)
     learning_rate: float = Field(default=LearnerSettings.learning_rate, gt=0, le=10.0)
     lam: float = Field(default=LearnerSettings.lam, ge=0, le=1e6)
-    margin: float = Field(default=0.05, ge=0, le=1e3)
-    threads: int = Field(default=1, ge=1, le=256)
+    margin: float = Field(default=LearnerSettings.margin, ge=0, le=1e3)
+    threads: int = Field(default=LearnerSettings.threads, ge=1, le=256)
     retrain: bool = Field(default=True, description="false = the 'no re-training' ablation")
 
 
@@ -362,55 +361,3 @@ def bayesian_spec(cfg: BnnConfig, net: ReluNetwork) -> BayesianSpec:
             "no layer is Bayesian", field="bayesian", fix="set first_layer or bayesian_layers"
         )
     return BayesianSpec(sigma, flags, b.biases)
-
-
-def load_config(path: Path) -> BnnConfig:
-    """The config at ``path``, validated whole at the door: the keys (pydantic), the system
-    (:func:`~safecert.bnn.system.build_system`) and the ε search plan."""
-    cfg = parse_model(BnnConfig, read_toml(path))
-    check_config(cfg)
-    return cfg
-
-
-def check_config(cfg: BnnConfig) -> None:
-    """Every check that needs more than one key: the system compiles, the search plan exists."""
-    from safecert.bnn.search import search_plan
-    from safecert.bnn.system import build_system
-
-    build_system(cfg.system, cfg.dynamics, cfg.sets)
-    search_plan(cfg)
-
-
-#: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
-#: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6)
-BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04")
-
-
-def benchmark_config(name: str, **overrides: object) -> BnnConfig:
-    """The published setup of one of the six policies (README of the data; Appendix C):
-    σ = 0.1 from the second layer on, or 0.05 after the fixed ``[I, −I]`` layer of ``*_all``;
-    kernels only; invariant width 12 (LDS, pendulum) or 32 (collision avoidance). The system's
-    dynamics and sets are the packaged tables (:func:`~safecert.bnn.system.benchmark_tables`)."""
-    from safecert.bnn.system import benchmark_tables
-
-    if name not in BENCHMARKS:
-        raise ConfigError(
-            f"unknown benchmark {name!r}",
-            field="benchmark",
-            fix=f"use one of {', '.join(BENCHMARKS)}",
-        )
-    policy = name.removesuffix("_x04")
-    system = policy.removesuffix("_all") + ("_x04" if name.endswith("_x04") else "")
-    tables = benchmark_tables(system)
-    data: dict[str, object] = {
-        "policy": f"benchmark:{policy}",
-        "system": tables["system"],
-        "dynamics": tables["dynamics"],
-        "sets": tables["sets"],
-        "bayesian": {"sigma": 0.05 if policy.endswith("_all") else 0.1, "first_layer": 1},
-        "invariant": {"hidden": [32] if system == "car" else [12]},
-    }
-    data.update(overrides)
-    cfg = parse_model(BnnConfig, data)
-    check_config(cfg)
-    return cfg

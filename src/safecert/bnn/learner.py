@@ -6,7 +6,8 @@ Loss (docs/methods.md)::
     L_cls(z, y) = z − z·y + log(1 + e^{−z})                          (logistic loss)
     L_ce(z, z') = 1[z > −m] · 1[z' < m] · L_cls(z + m, 0) · L_cls(z' − m, 1)
 
-With margin ``m = 0`` (the function default) ``L_ce`` is exactly the paper's eq. 2; configs use ``[learner] margin`` (default 0.05). A positive margin keeps
+With margin ``m = 0`` ``L_ce`` is exactly the paper's eq. 2; the default (``[learner] margin``,
+:class:`~safecert.bnn.config.LearnerSettings`) is 0.05. A positive margin keeps
 a counterexample's loss alive until both points sit ``m`` away from the boundary g = 0, which stops
 the verifier from finding the same counterexample again an ulp further on. The learner only
 proposes candidates; soundness comes from the verifier alone.

@@ -1,0 +1,67 @@
+"""A BNN run's config, validated whole at the door: keys, system and search plan.
+
+:func:`load_config` reads a TOML file, :func:`benchmark_config` builds one of the published
+systems; both end with :func:`check_config`, the checks that need more than one key (the system
+compiles, the ε search plan exists). The config models themselves (:mod:`safecert.bnn.config`) import
+nothing above them; this module sits above the system and the search it checks against.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safecert.bnn.config import BnnConfig
+from safecert.bnn.networks import BENCHMARK_POLICIES
+from safecert.bnn.search import search_plan
+from safecert.bnn.system import benchmark_tables, build_system
+from safecert.config import parse_model, read_toml
+from safecert.errors import ConfigError
+
+__all__ = ["BENCHMARKS", "benchmark_config", "check_config", "load_config"]
+
+
+def load_config(path: Path) -> BnnConfig:
+    """The config at ``path``, validated whole at the door: the keys (pydantic), the system
+    (:func:`~safecert.bnn.system.build_system`) and the ε search plan."""
+    cfg = parse_model(BnnConfig, read_toml(path))
+    check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: BnnConfig) -> None:
+    """Every check that needs more than one key: the system compiles, the search plan exists."""
+    build_system(cfg.system, cfg.dynamics, cfg.sets)
+    search_plan(cfg)
+
+
+#: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
+#: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6)
+BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04")
+
+
+def benchmark_config(name: str, **overrides: object) -> BnnConfig:
+    """The published setup of one of the six policies (README of the data; Appendix C):
+    σ = 0.1 from the second layer on, or 0.05 after the fixed ``[I, −I]`` layer of ``*_all``;
+    kernels only; invariant width 12 (LDS, pendulum) or 32 (collision avoidance). The system's
+    dynamics and sets are the packaged tables (:func:`~safecert.bnn.system.benchmark_tables`)."""
+    if name not in BENCHMARKS:
+        raise ConfigError(
+            f"unknown benchmark {name!r}",
+            field="benchmark",
+            fix=f"use one of {', '.join(BENCHMARKS)}",
+        )
+    policy = name.removesuffix("_x04")
+    system = policy.removesuffix("_all") + ("_x04" if name.endswith("_x04") else "")
+    tables = benchmark_tables(system)
+    data: dict[str, object] = {
+        "policy": f"benchmark:{policy}",
+        "system": tables["system"],
+        "dynamics": tables["dynamics"],
+        "sets": tables["sets"],
+        "bayesian": {"sigma": 0.05 if policy.endswith("_all") else 0.1, "first_layer": 1},
+        "invariant": {"hidden": [32] if system == "car" else [12]},
+    }
+    data.update(overrides)
+    cfg = parse_model(BnnConfig, data)
+    check_config(cfg)
+    return cfg

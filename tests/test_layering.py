@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
         "safecert.procs",
         "safecert.supervisor",
         "safecert.isolation",
+        "safecert.usercode",
         "safecert.extras",
         "safecert.events",
     ),

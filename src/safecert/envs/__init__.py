@@ -75,7 +75,7 @@ def make_env(
 
         return RemoteEnv(env_spec, kwargs, Path(base_dir))
     if env_spec.startswith("python:"):
-        from safecert.blackbox.oracles import import_from
+        from safecert.usercode import import_from
 
         factory = import_from(env_spec[len("python:") :], Path(base_dir).resolve(), field="env")
         if not callable(factory):

@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
     from pathlib import Path
 
-    from safecert.blackbox.oracles import import_from
+    from safecert.usercode import import_from
 
     try:
         factory = import_from(target, Path(base_dir), field="env")

@@ -21,7 +21,6 @@ so the state is unknown, and the guard fails closed. Anything unexpected blocks.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from safecert.shield.session import (
     OnBlock,
     decode_result,
 )
+from safecert.usercode import split_command
 
 Transport = Literal["stdio", "http"]
 
@@ -171,15 +171,7 @@ class ServeOptions:
 
 def upstream_command(spec: str) -> list[str]:
     """The upstream command line (no shell); ``python`` means this interpreter."""
-    try:
-        argv = shlex.split(spec)
-    except ValueError as exc:
-        raise ConfigError(f"cannot parse {spec!r} ({exc})", field="upstream") from None
-    if not argv:
-        raise ConfigError("empty command", field="upstream", fix='e.g. "python tools_server.py"')
-    if argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
-    return argv
+    return split_command(spec, field="upstream", example='"python tools_server.py"')
 
 
 async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOptions) -> None:

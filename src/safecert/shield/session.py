@@ -405,28 +405,14 @@ class GuardSession:
 
 
 def load_callable(spec: str, option: str) -> Callable[..., Any]:
-    """``MODULE:FUNC`` resolved from the working directory or PYTHONPATH (one-line error)."""
-    import importlib
-    import sys
-
+    """``MODULE:FUNC`` resolved from the working directory (or PYTHONPATH); one-line error. The
+    gateway's abstraction and action map are the operator's own code and run in its process."""
     from safecert.errors import ConfigError
+    from safecert.usercode import import_from
 
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"expected MODULE:FUNC, got {spec!r}", field=option)
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ConfigError(
-            f"cannot import {module_name!r} ({_why(exc)})",
-            field=option,
-            fix="run from the module's folder or add it to PYTHONPATH",
-        ) from None
-    fn = getattr(module, attr, None)
+    fn = import_from(spec, Path.cwd(), field=option)
     if not callable(fn):
-        raise ConfigError(f"{module_name!r} has no callable {attr!r}", field=option)
+        raise ConfigError(f"{spec!r} is not callable", field=option)
     return fn
 
 

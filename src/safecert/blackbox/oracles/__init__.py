@@ -39,12 +39,9 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import shlex
 import shutil
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,6 +56,7 @@ from safecert.blackbox.oracles.base import (
 )
 from safecert.errors import ConfigError
 from safecert.extras import POLICY_SCHEMES, require_extra
+from safecert.usercode import INTERPRETERS, command_program, split_command
 
 __all__ = [
     "Oracle",
@@ -82,7 +80,6 @@ _MODEL_FILES = {
     "sb3": "Stable-Baselines3 model",
     "torchscript": "TorchScript module",
 }
-_INTERPRETERS = {"python", "python3", Path(sys.executable).name}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -249,46 +246,6 @@ def make_oracle(spec: OracleSpec) -> Oracle:
     raise ConfigError(f"unknown oracle kind {spec.kind!r}", field="policy")
 
 
-def import_from(target: str, base_dir: Path, *, field: str) -> object:
-    """Import ``module:attr`` with ``base_dir`` on ``sys.path``; one ConfigError line on failure."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{target!r} is not module:attr", field=field, fix="e.g. mypkg.pol:act")
-    if str(base_dir) in sys.path:
-        sys.path.remove(str(base_dir))
-    sys.path.insert(0, str(base_dir))
-    _forget_shadowed(module_name, Path(base_dir))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"cannot import module {module_name!r} ({exc})",
-            field=field,
-            fix=f"make it importable from {base_dir}",
-        ) from None
-    obj: object = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}", field=field)
-        obj = getattr(obj, part)
-    return obj
-
-
-def _forget_shadowed(module_name: str, base_dir: Path) -> None:
-    """Drop an already imported module of this name that came from another folder than the
-    config's own copy, so the code that runs (and is hashed) is the config's."""
-    stem = base_dir / Path(*module_name.split("."))
-    own = next((p for p in (stem.with_suffix(".py"), stem / "__init__.py") if p.is_file()), None)
-    loaded = sys.modules.get(module_name)
-    source = getattr(loaded, "__file__", None)
-    if own is None or loaded is None or source is None:
-        return
-    if Path(source).resolve() != own.resolve():
-        for name in [n for n in sys.modules if n == module_name or n.startswith(module_name + ".")]:
-            del sys.modules[name]
-        importlib.invalidate_caches()
-
-
 def _check_python_target(rest: str, base: Path) -> tuple[str, str, tuple[str, ...]]:
     """``module:attr`` → (module, attr, (the module's file,)), found without importing it."""
     from safecert.isolation import locate_module
@@ -333,16 +290,10 @@ def _resolve_command(command: str, base: Path) -> tuple[tuple[str, ...], tuple[s
     ``python``/``python3`` mean the running interpreter (``sys.executable``), so a vendor script
     sees the same environment as safecert; give an absolute path to choose another interpreter.
     """
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise ConfigError(f"cannot split command {command!r} ({exc})", field="policy") from None
-    if not argv:
-        raise ConfigError("exec: names no program", field="policy", fix="exec:python3 vendor.py")
-    program = argv[0]
+    argv = split_command(command, field="policy", example="exec:python3 vendor.py")
+    program = command_program(command)
     artifacts: list[str] = []
-    if program in _INTERPRETERS:
-        argv[0] = sys.executable
+    if program in INTERPRETERS:
         script = next((a for a in argv[1:] if not a.startswith("-")), None)
         if script is not None and not {"-m", "-c"} & set(argv[1 : argv.index(script)]):
             path = _existing_file(script, base, what="vendor script")

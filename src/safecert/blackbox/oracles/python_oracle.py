@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from safecert.blackbox.oracles import OracleSpec, import_from
+from safecert.blackbox.oracles import OracleSpec
 from safecert.blackbox.oracles.base import OracleFailure, check_actions, health_check
 from safecert.errors import OracleError
+from safecert.usercode import import_from
 
 
 class PythonOracle:

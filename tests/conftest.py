@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -23,8 +25,19 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env=None) -> CliResult:
-    """Run the real ``safecert`` command in a subprocess."""
+def run_cli(
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env=None,
+    in_subprocess: bool = False,
+) -> CliResult:
+    """Run the ``safecert`` command: in this process through ``safecert.cli.main.main`` (the same
+    code path, exit code, stdout and stderr, without an interpreter start-up), or — with a
+    working folder, an environment or ``in_subprocess`` (the smoke tests of the real command) —
+    as a subprocess."""
+    if cwd is None and env is None and not in_subprocess:
+        return _in_process(args)
     proc = subprocess.run(
         [sys.executable, "-m", "safecert.cli.main", *args],
         capture_output=True,
@@ -34,6 +47,15 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env=None)
         env=env,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _in_process(args: tuple[object, ...]) -> CliResult:
+    from safecert.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return CliResult(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

@@ -56,6 +56,16 @@ def test_version(cli):
     assert res.code == 0 and res.stdout.startswith("safecert ")
 
 
+def test_the_installed_command_smoke():
+    """A few runs of the real command in its own process (the rest run in-process)."""
+    from tests.conftest import run_cli
+
+    assert run_cli("--version", in_subprocess=True).stdout.startswith("safecert ")
+    bad = run_cli("bound", "--failures", "5", "--episodes", "3", in_subprocess=True)
+    assert bad.code == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in bad.stderr
+
+
 def _one_line_error(res, needle):
     assert res.code == 2
     assert res.stdout == ""

@@ -64,7 +64,13 @@ def _rows(run: Path) -> list[tuple]:
         db.close()
 
 
-@pytest.mark.parametrize("make_policy", [_torchscript, _sac], ids=["torchscript", "sb3-sac"])
+@pytest.mark.parametrize(
+    "make_policy",
+    [
+        pytest.param(_torchscript, id="torchscript"),
+        pytest.param(_sac, id="sb3-sac", marks=pytest.mark.slow),  # 30 s: SB3's start-up
+    ],
+)
 def test_batch_1_and_8_store_identical_evidence_and_resimulate(tmp_path, make_policy, capsys):
     inputs = tmp_path / "inputs"
     inputs.mkdir()

@@ -116,6 +116,16 @@ def test_verify_bnn_from_a_dict(tmp_path):
         safecert.verify_bnn(None, tmp_path / "none")
 
 
+def test_a_missing_extra_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    from safecert.extras import MissingExtraError
+
+    monkeypatch.setattr("safecert.extras.installed", lambda module: module != "matplotlib")
+    model, logs = EXAMPLES / "shield" / "grid.toml", EXAMPLES / "shield" / "grid_logs.jsonl"
+    with pytest.raises(MissingExtraError, match=r"safecert\[shield\]"):
+        safecert.synthesize_shield(model, logs, epsilon=0.2, out=tmp_path / "syn")
+    assert not (tmp_path / "syn").exists()
+
+
 def test_load_certificate_and_verify_refuse_garbage(tmp_path):
     bad = tmp_path / "certificate.json"
     bad.write_text('{"kind": "blackbox"}')

@@ -216,7 +216,7 @@ def test_others_are_not_mislabelled(monkeypatch, tmp_path):
     # user code: a policy module importing a known package, imported by safecert's own loader
     monkeypatch.setitem(sys.modules, "torch", None)
     (tmp_path / "user_policy_xyz.py").write_text("import torch\n\ndef act(obs):\n    return obs\n")
-    from safecert.blackbox.oracles import import_from
+    from safecert.usercode import import_from
 
     monkeypatch.syspath_prepend(str(tmp_path))
     try:

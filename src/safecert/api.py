@@ -4,7 +4,8 @@ Every function runs the engine, writes the certificate and its evidence into ``o
 report beside it (``report=False`` skips the report), exactly as the command line does; the
 command line is a thin layer over these. Errors are :class:`safecert.errors.SafecertError`
 subclasses whose one-line message names the parameter (``epsilon``, ``config.spec.p_star``), not a
-command-line flag.
+command-line flag; a missing optional dependency is a :class:`safecert.extras.MissingExtraError`
+naming the extra to install, raised before anything is written.
 
 >>> from safecert import certify_blackbox, verify                     # doctest: +SKIP
 >>> cert = certify_blackbox("examples/cartpole_sb3.toml", "runs/cartpole")  # doctest: +SKIP
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safecert.errors import ConfigError
+from safecert.extras import require_extra
 
 if TYPE_CHECKING:
     from safecert.blackbox.backends import Backend
@@ -73,6 +75,7 @@ def certify_blackbox(
     Guarantee (docs/blackbox.md): with probability ≥ 1 − δ jointly over the family, every cell
     marked PASS has a failure probability ≤ p*, under the stated environment and envelope and
     independent episodes."""
+    require_extra("blackbox")  # before anything is written
     from safecert.blackbox.backends import LocalBackend
     from safecert.blackbox.certify import certify as run_fixed
     from safecert.blackbox.config import RunConfig
@@ -126,6 +129,7 @@ def synthesize_shield(
     (docs/shield.md): with confidence 1 − δ, every controller the shield admits reaches an unsafe
     state within T calls with probability ≤ V̄_T(s0) ≤ ε, if the logs are Markov in the model's
     abstraction (``safecert shield diagnose`` tests that)."""
+    require_extra("shield")  # before anything is written
     from safecert.shield.certify import synthesize_shield as run
 
     made = run(
@@ -154,6 +158,7 @@ def certify_shield(
     """Certify a given shield (``shield.json`` or a shield certificate; default: the full shield)
     and return its certificate: verdict PASS/FAIL against ``epsilon``, BOUND without one. Same
     guarantee as :func:`synthesize_shield`."""
+    require_extra("shield")  # before anything is written
     from safecert.shield.certify import certify_shield as run
 
     made = run(
@@ -180,6 +185,7 @@ def verify_bnn(
     :class:`safecert.bnn.config.BnnConfig`; or ``config=None, benchmark="lds"`` for a published
     system) and return the certificate: SAFE only on a proof of all three conditions for the
     certified ε (docs/bnn.md); paths in a dictionary resolve from the current folder."""
+    require_extra("bnn")  # before anything is written
     from safecert.bnn.certify import certify_run
     from safecert.bnn.config import BnnConfig
     from safecert.bnn.setup import benchmark_config, check_config, load_config

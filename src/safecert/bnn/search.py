@@ -137,33 +137,26 @@ class BnnProblem:
                 horizon=cfg.data.witness_horizon,
                 stop=lambda: wall_clock() - wall0 > limit_s,  # the guard, never the budget
             )
-            if wall_clock() - wall0 > limit_s:  # cut short: what it found depends on the machine
-                reason = guard_reason(f"{limit_key} reached in the witness search")
+            cut = wall_clock() - wall0 > limit_s  # cut short: what it found depends on the machine
+            if cut or witness is not None:
+                ended = None if cut else witness
+                reason = (
+                    guard_reason(f"{limit_key} reached in the witness search")
+                    if ended is None
+                    else ended.describe()
+                )
                 log.info("ε = %s: %s", epsilon, reason)
                 empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
                 return _settled(
                     reason,
-                    None,
+                    ended,
                     empty,
                     warm,
                     self._learner(),
                     seed_seq,
                     now() - t0,
                     wall_clock() - wall0,
-                    machine_dependent=True,
-                )
-            if witness is not None:
-                log.info("ε = %s: %s", epsilon, witness.describe())
-                empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
-                return _settled(
-                    witness.describe(),
-                    witness,
-                    empty,
-                    warm,
-                    self._learner(),
-                    seed_seq,
-                    now() - t0,
-                    wall_clock() - wall0,
+                    machine_dependent=cut,
                 )
         # the finite analysis or the witness search: verification work of this attempt
         checked_s, checked_wall = now() - t0, wall_clock() - wall0

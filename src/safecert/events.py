@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from safecert.errors import ConfigError
+
 Event = dict[str, Any]
 Listener = Callable[[Event], None]
 
@@ -78,8 +80,15 @@ class JsonLines:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file: IO[str] | None = self.path.open("w", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file: IO[str] | None = self.path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {self.path} ({exc.strerror or exc})",
+                field="events",
+                fix="pass a writable file path",
+            ) from None
 
     def __call__(self, event: Event) -> None:
         if self.file is None:

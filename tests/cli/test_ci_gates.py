@@ -276,3 +276,15 @@ def test_sequential_certify_junit_and_events(tmp_path, cli_here):
     assert events[-1]["verdict"] == cert["verdict"]
     decided = {e["cell"]: e["decision"] for e in events if e["kind"] == "cell_decided"}
     assert decided == {i: c["decision"] for i, c in enumerate(cells)}
+
+
+def test_an_unwritable_events_path_is_one_line(tmp_path, cli_here):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    res = cli_here(
+        "bnn", "verify", "--benchmark", "lds", "--epsilon", "0.1sigma",
+        "--out", tmp_path / "out", "--events", blocker / "events.jsonl",
+    )  # fmt: skip
+    assert res.code == 2 and "events: cannot write" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not (tmp_path / "out").exists()  # refused before the run wrote anything

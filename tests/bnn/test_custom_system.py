@@ -126,5 +126,42 @@ def test_cli_export_writes_onnx_and_vnnlib(di_run: Path, tmp_path: Path) -> None
     names = sorted(Path(p).name for p in res.json()["files"])
     unsafe = [f"unsafe_{k}.vnnlib" for k in range(4)]
     assert names == ["closed_loop.onnx", "closure.vnnlib", "initial_0.vnnlib", *unsafe]
+    assert res.json()["verdict"] == "SAFE"
+    onnx = pytest.importorskip("onnx")
+    model = onnx.load(str(tmp_path / "e" / "closed_loop.onnx"))
+    assert {p.key: p.value for p in model.metadata_props}["safecert.verdict"] == "SAFE"
+    for name in names[1:]:
+        head = (tmp_path / "e" / name).read_text().splitlines()[:4]
+        assert "; safecert verdict: SAFE (the certificate claims this query UNSAT)" in head
     bad = run_cli("bnn", "export", str(tmp_path / "nope.json"), "--out", str(tmp_path / "e2"))
     assert bad.code == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_cli_export_refuses_a_non_safe_certificate_unless_forced(
+    di_run: Path, tmp_path: Path
+) -> None:
+    """An UNKNOWN certificate claims nothing: exporting it is one line, exit 2, no file written;
+    with --force every file states the verdict."""
+    d = tmp_path / "unknown"
+    shutil.copytree(di_run, d)
+    cert = json.loads((d / "certificate.json").read_text())
+    cert["verdict"] = "UNKNOWN"
+    (d / "certificate.json").write_text(json.dumps(cert))
+    out = tmp_path / "e"
+    res = run_cli("bnn", "export", str(d / "certificate.json"), "--out", str(out))
+    assert res.code == 2, res.stdout + res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "UNKNOWN" in res.stderr
+    assert "--force" in res.stderr and not out.exists()
+    res = run_cli("bnn", "export", str(d / "certificate.json"), "--out", str(out), "--force")
+    assert res.code == 0, res.stderr
+    assert "verdict is UNKNOWN" in res.stderr  # a warning, not silence
+    files = sorted(out.iterdir())
+    assert len(files) == 7  # closed_loop.onnx, closure, initial_0, unsafe_0…3
+    onnx = pytest.importorskip("onnx")
+    for f in files:
+        if f.suffix == ".onnx":
+            model = onnx.load(str(f))
+            assert {p.key: p.value for p in model.metadata_props}["safecert.verdict"] == "UNKNOWN"
+            assert "NOT SAFE" in model.doc_string
+        else:
+            assert "; safecert verdict: UNKNOWN (NOT SAFE: exported with --force" in f.read_text()

@@ -42,11 +42,12 @@ def _holds(expr, env: dict[str, float]) -> bool:
     if op == "or":
         return any(_holds(a, env) for a in args)
     a, b = (env[v] if v in env else float(v) for v in args)
-    return {"<=": a <= b, ">=": a >= b, "<": a < b, ">": a > b}[op]
+    return {"<=": a <= b, ">=": a >= b}[op]
 
 
 def _property(text: str, n_in: int, n_out: int):
-    """Declared variables checked; returns (input bounds, predicate over X and Y)."""
+    """Declared variables checked; returns (input bounds, predicate over X and Y). Non-strict
+    comparisons only (VNN-LIB 1.0 as Marabou reads it)."""
     exprs = _sexprs(text)
     decl = [e[1] for e in exprs if e[0] == "declare-const"]
     assert decl == [f"X_{i}" for i in range(n_in)] + [f"Y_{j}" for j in range(n_out)]
@@ -67,6 +68,43 @@ def _property(text: str, n_in: int, n_out: int):
     return lo, hi, pred
 
 
+def _pre_activations(layers, box, x: np.ndarray) -> tuple[np.ndarray, list]:
+    """Per sample: the Bayesian layers' pre-activations (the export's ``s``) and their inputs."""
+    s_rows, inputs = [], []
+    for i in range(x.shape[0]):
+        a, s, ins = x[i], [], []
+        last = len(layers) - 1
+        for k, (wk, bk) in enumerate(layers):
+            z = a @ wk[i] + bk[i]
+            if box.is_bayesian(k):
+                s.append(z)
+                ins.append(a)
+            a = np.maximum(z, 0.0) if k < last else z
+        s_rows.append(np.concatenate(s))
+        inputs.append(ins)
+    return np.array(s_rows), inputs
+
+
+def _interval(box, inputs: list) -> tuple[np.ndarray, np.ndarray]:
+    """The exact pre-activation interval per neuron: ``Σ_i min/max(w_lo a_i, w_hi a_i) + b``."""
+    lo, hi = [], []
+    for ins in inputs:
+        rl, rh = [], []
+        j = 0
+        for k, ((wl, bl), (wu, bu)) in enumerate(zip(box.lower, box.upper, strict=True)):
+            if box.is_bayesian(k):
+                a = ins[j][:, None]
+                j += 1
+                rl.append(np.minimum(wl * a, wu * a).sum(axis=0) + bl)
+                rh.append(np.maximum(wl * a, wu * a).sum(axis=0) + bu)
+        lo.append(np.concatenate(rl))
+        hi.append(np.concatenate(rh))
+    return np.array(lo), np.array(hi)
+
+
+PWL_OPS = {"Gemm", "Relu", "Concat", "Identity"}
+
+
 @pytest.mark.parametrize("name", ["lds_x04", "pend_all", "car"])
 def test_exported_closed_loop_equals_the_engine(name: str) -> None:
     cfg = benchmark_config(name)
@@ -82,34 +120,54 @@ def test_exported_closed_loop_equals_the_engine(name: str) -> None:
         ]
     )
     model, layout = closed_loop_model(system, box, g)
+    ops = {node.op_type for node in model.graph.node}
+    assert "Slice" not in ops
+    if system.dynamics.choices is None:  # piecewise linear: what Marabou's ONNX reader parses
+        assert ops <= PWL_OPS, ops
+    else:
+        assert ops <= PWL_OPS | {"ArgMax", "Gather"}, ops
     sess = ort.InferenceSession(model.SerializeToString())
     m = 300
     x = system.step_box.sample(rng, m, system.integer)
     layers = sample_box_weights(box, rng, m)  # uniform, vertices and both corners
-    w = np.concatenate(
-        [
-            np.concatenate([wk.reshape(m, -1)] + ([bk] if np.any(bl < bu) else []), axis=1)
-            for k, ((wk, bk), (wl, bl), (wu, bu)) in enumerate(
-                zip(layers, box.lower, box.upper, strict=True)
-            )
-            if box.is_bayesian(k)
-        ],
-        axis=1,
-    )
-    assert w.shape[1] == layout.w_lo.size
-    assert np.all(w >= layout.w_lo - 1e-12) and np.all(w <= layout.w_hi + 1e-12)
-    (y,) = sess.run(None, {"X": np.concatenate([x, w], axis=1)})
+    s, inputs = _pre_activations(layers, box, x)
+    assert s.shape[1] == layout.s_lo.size
+    assert np.all(s >= layout.s_lo) and np.all(s <= layout.s_hi)  # the declared input bounds
+    (y,) = sess.run(None, {"X": np.concatenate([x, s], axis=1)})
     u = np.stack([forward([(wk[i], bk[i]) for wk, bk in layers], x[i]) for i in range(m)])
     x1 = system.step(x, u)
     np.testing.assert_allclose(y[:, 0], g.forward(x)[:, 0], atol=1e-9)
     np.testing.assert_allclose(y[:, 2 : 2 + n], x1, atol=1e-9)
     np.testing.assert_allclose(y[:, 1], g.forward(x1)[:, 0], atol=1e-9)
-    # the VNN-LIB closure property, evaluated on these points, is the engine's violation test
-    files = vnnlib_files(system, layout)
+    # the slack outputs are s − z_lo and z_hi − s of the exact interval, computed independently
+    z_lo, z_hi = _interval(box, inputs)
+    k = s.shape[1]
+    np.testing.assert_allclose(
+        y[:, layout.first_slack : layout.first_slack + k], s - z_lo, atol=1e-9
+    )
+    np.testing.assert_allclose(y[:, layout.first_slack + k :], z_hi - s, atol=1e-9)
+    assert np.all(y[:, layout.first_slack :] >= -1e-9)  # weights in the box: slacks ≥ 0
+    # a pre-activation beyond its interval makes its slack negative (the box is enforced); the
+    # last Bayesian layer's, so that no later interval moves
+    last = box.lower[max(k for k in range(len(box.lower)) if box.is_bayesian(k))][0].shape[1]
+    beyond = s.copy()
+    beyond[:, k - last :] = z_hi[:, k - last :] + 0.01
+    (y_out,) = sess.run(None, {"X": np.concatenate([x, beyond], axis=1)})
+    np.testing.assert_allclose(y_out[:, layout.outputs - last :], -0.01, atol=1e-9)
+    # the VNN-LIB closure property, evaluated on these points, is the engine's relaxed test
+    margin = 1e-6
+    files = vnnlib_files(system, layout, margin)
+    y = y.copy()
+    y[:, layout.first_slack :] = np.maximum(y[:, layout.first_slack :], 0.0)  # rounding only
+    for text in files.values():
+        assert not re.search(r"\((<|>) ", text), "strict comparison in VNN-LIB 1.0"
+        assert not re.search(r"\d[eE][-+]?\d", text), "exponent notation"
     lo, hi, pred = _property(files["closure.vnnlib"], layout.inputs, y.shape[1])
     np.testing.assert_array_equal(lo[:n], system.step_box.lo)
-    np.testing.assert_array_equal(hi[n:], layout.w_hi)
-    violated = (g.forward(x)[:, 0] >= 0) & ((g.forward(x1)[:, 0] < 0) | ~system.in_box(x1))
+    np.testing.assert_array_equal(hi[n:], layout.s_hi)
+    g0, g1 = g.forward(x)[:, 0], g.forward(x1)[:, 0]
+    leaves = np.any((x1 >= system.box.hi - margin) | (x1 <= system.box.lo + margin), axis=1)
+    violated = (g0 >= -margin) & ((g1 <= margin) | leaves)
     assert [pred(row) for row in y] == violated.tolist()
     for fname, text in files.items():
         if fname.startswith(("initial", "unsafe")):
@@ -121,4 +179,6 @@ def test_exported_closed_loop_equals_the_engine(name: str) -> None:
                 pred(np.r_[0.0 if fname.startswith("unsafe") else -1.0, row[1:]]) for row in y
             ]
             # with g forced to the violating sign, the rows' constraints are the piece's rows
-            assert inside == piece.rows.contains(x).tolist()
+            # relaxed by the margin
+            rows_ok = np.all(x @ piece.rows.A.T <= piece.rows.b + margin, axis=1)
+            assert inside == rows_ok.tolist()

@@ -132,20 +132,36 @@ def export(
     data: Annotated[
         Path | None, typer.Option(help="Folder holding the policy copy (default: beside it).")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Export a certificate whose verdict is not SAFE (its files then say so; it "
+            "claims nothing and its queries may be satisfiable).",
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Write the certificate's closed-loop step as ONNX and its three conditions as VNN-LIB.
+    """Write the certificate's closed-loop step as ONNX and its three conditions as VNN-LIB 1.0.
+
+    Only a SAFE certificate is exported unless --force; every file states the verdict.
 
     Example: safecert bnn export runs/lds/certificate.json --out runs/lds/vnnlib
     """
     from safecert.bnn.export import certificate_claim
     from safecert.bnn.export import export as write_export
 
-    system, box, inv = certificate_claim(certificate, data)
-    paths = write_export(system, box, inv, out)
+    claim = certificate_claim(certificate, data)
+    paths = write_export(claim, out, force=force)
+    verdict = claim.header.verdict
     if json_out:
-        emit_json({"files": [str(p) for p in paths]})
+        emit_json({"verdict": verdict, "files": [str(p) for p in paths]})
     else:
+        if verdict != "SAFE":
+            err_console.print(
+                f"[bold yellow]warning:[/] the certificate's verdict is {verdict}: exported "
+                "with --force; it claims nothing and its queries may be satisfiable"
+            )
         for p in paths:
             console.print(str(p))
 

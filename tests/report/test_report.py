@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from safecert.api import certify_blackbox as certify  # writes the report too
+from safecert.report.html import FAIL_COLOUR
 from tests.blackbox.pipeline_helpers import write_run
 from tests.report.browser import chromium, needs_chromium, screenshot
 
@@ -77,7 +78,8 @@ def test_report_renders_in_a_headless_browser(run_dir, tmp_path):
     assert img.shape[0] >= 1000 and img.shape[1] >= 1000
     colours = np.unique((img.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
     assert len(colours) > 50  # text, tables and heatmaps, not a blank page
-    red = np.all(np.abs(img - np.array([0xD6, 0x45, 0x3D]) / 255) < 0.03, axis=-1)
+    fail = np.array([int(FAIL_COLOUR[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+    red = np.all(np.abs(img - fail) < 0.03, axis=-1)
     assert red.sum() > 500  # FAIL cells of the embedded heatmaps / tables were painted
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from safecert.bnn.result import CounterexampleOutcome
 from safecert.certificate import BnnCertificate
-from safecert.report.facts import claim, facts_html
+from safecert.report.facts import claim, digest_of, facts_html
 from safecert.report.html import embed_png, esc, page, table, verdict_badge
 
 PLOT_FILE = "invariant.png"
@@ -122,4 +122,4 @@ def render_bnn_report(cert: BnnCertificate, cert_path: Path) -> str:
         table(["clock", "seconds"], runtimes, title="Runtimes (descriptive, not re-derived)"),
         facts_html(cert, cert_path),
     ]
-    return page(f"safecert bnn: {cert.verdict}", "".join(body))
+    return page(f"safecert bnn: {cert.verdict}", "".join(body), digest=digest_of(cert_path))

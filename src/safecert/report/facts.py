@@ -25,7 +25,7 @@ from safecert.certificate import (
 )
 from safecert.document import sha256_file
 from safecert.errors import DataError
-from safecert.report.html import esc, table
+from safecert.report.html import breakable, esc, table
 from safecert.report.odd import level_key
 
 NOT_STATED = "not stated"
@@ -99,6 +99,14 @@ def claim(cert: Certificate) -> str:
             f"with probability {nr.acceptance_probability:.4g})."
         )
     return f"Nothing is claimed: {nr.reason}."
+
+
+def digest_of(cert_path: Path | None) -> str | None:
+    """The SHA-256 of the certificate file at ``cert_path`` (``None`` when there is none): the
+    printed report's running footer, so a page can be matched to the certificate it shows."""
+    if cert_path is None or not Path(cert_path).is_file():
+        return None
+    return sha256_file(Path(cert_path))
 
 
 def signature_status(cert_path: Path | None) -> str:
@@ -233,10 +241,13 @@ def _blackbox_facts(cert: BlackboxCertificate | SequentialCertificate) -> list[F
 
 def facts_html(cert: Certificate, cert_path: Path | None) -> str:
     rows = "".join(
-        f"<tr data-fact='{esc(f.key)}'><th>{esc(f.label)}</th><td>{esc(f.value)}</td></tr>"
+        f"<tr data-fact='{esc(f.key)}'><th>{breakable(f.label)}</th><td>{breakable(f.value)}</td></tr>"
         for f in facts(cert, cert_path)
     )
-    return f"<h2>Facts</h2><table class='facts' id='facts'><tbody>{rows}</tbody></table>"
+    return (
+        f"<h2>Facts</h2><div class='scroll'><table class='facts' id='facts'><tbody>{rows}</tbody>"
+        "</table></div>"
+    )
 
 
 def facts_markdown(cert: Certificate, cert_path: Path | None) -> list[str]:

@@ -11,38 +11,67 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-PASS_COLOUR = "#2e9d57"
-FAIL_COLOUR = "#d6453d"
-WARN_COLOUR = "#e0a526"
+# Okabe–Ito: distinguishable under deuteranopia and protanopia (tested with a simulated
+# deuteranopia transform); each status also carries its word and ``data-status``.
+PASS_COLOUR = "#009e73"  # bluish green
+FAIL_COLOUR = "#d55e00"  # vermillion
+WARN_COLOUR = "#f0e442"  # yellow
+#: text on each status colour (contrast ≥ 4.5 against each)
+INK = {"pass": "#000000", "fail": "#000000", "warn": "#000000"}
+
+#: a token that is (or starts with) a number never breaks; longer non-numeric tokens (digests,
+#: paths, commands) may break anywhere, inside a ``.brk`` span
+_NUMBER = re.compile(r"[(\[]?[-+−]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?[)\],;:%]*")
+BREAKABLE_LEN = 24
+_BREAKS_AT = re.compile(r"[-–—/‐]")
+
+#: the printed page: A4 with room for the running footer (page numbers, certificate digest)
+PAGE_CSS = "size:A4;margin:14mm 12mm 18mm"
 
 _CSS = f"""
 body{{font-family:system-ui,sans-serif;margin:2em;color:#222;background:#fff;max-width:80em}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}
-td,th{{border:1px solid #ccc;padding:.25em .6em;font-size:.9em;vertical-align:top;overflow-wrap:anywhere}}
+.scroll{{overflow-x:auto;max-width:100%;min-width:0}} .scroll>table{{margin-top:0}}
+td,th{{border:1px solid #ccc;padding:.25em .6em;font-size:.9em;vertical-align:top;
+  overflow-wrap:normal;word-break:normal;hyphens:manual}}
 th{{background:#f0f0f0;text-align:left}}
+.brk{{overflow-wrap:anywhere}} .nw{{white-space:nowrap}}
 table.sortable th{{cursor:pointer}} table.sortable th:after{{content:" ⇅";color:#999}}
-.pass{{background:{PASS_COLOUR};color:#fff;font-weight:bold}}
-.fail{{background:{FAIL_COLOUR};color:#fff;font-weight:bold}}
-.warn{{background:{WARN_COLOUR};color:#222;font-weight:bold}}
-.verdict{{font-size:2em;font-weight:bold;padding:.2em .6em;display:inline-block}}
+.pass{{background:{PASS_COLOUR};color:{INK["pass"]};font-weight:bold}}
+.fail{{background:{FAIL_COLOUR};color:{INK["fail"]};font-weight:bold}}
+.warn{{background:{WARN_COLOUR};color:{INK["warn"]};font-weight:bold}}
+.verdict{{font-size:2em;font-weight:bold;padding:.2em .6em;display:inline-block;white-space:nowrap}}
 .claim{{font-size:1.1em;margin:.6em 0 1em}}
 .banner{{border:3px solid {FAIL_COLOUR};background:#fdecea;padding:.8em 1em;margin:1em 0}}
 .banner table{{margin:.4em 0}}
-.facts th{{width:16em}} .facts td{{font-family:ui-monospace,monospace;font-size:.82em;word-break:break-all}}
+.facts th{{width:16em}} .facts td{{font-family:ui-monospace,monospace;font-size:.82em}}
 .heatmaps{{display:flex;flex-wrap:wrap;gap:1.2em}}
 .heatmap td{{text-align:center;min-width:4.5em}} .heatmap caption{{font-size:.85em;text-align:left}}
 .legend span{{display:inline-block;padding:.1em .5em;margin-right:.5em}}
-code{{font-size:.85em}} img{{border:1px solid #ddd;margin:.5em;max-width:100%}}
+code{{font-size:.85em}} img{{border:1px solid #ddd;margin:.5em 0;max-width:100%;height:auto}}
 .note{{color:#555;font-size:.9em}}
+footer.digest{{margin-top:2em;color:#555;font-size:.8em}}
+@media (max-width:40em){{
+  body{{margin:.6em}}
+  .facts th{{width:auto}}
+  .facts,.facts tbody{{display:block}} .facts tr{{display:block;border-bottom:1px solid #ccc}}
+  .facts th,.facts td{{display:block;border:0}}
+  .verdict{{font-size:1.5em}}
+}}
+@page{{{PAGE_CSS}}}
 @media print{{
-  body{{margin:0;max-width:none;font-size:10pt}}
+  body{{margin:0;max-width:none;font-size:9pt}}
   .pass,.fail,.warn,.verdict,.banner{{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
   table.sortable th:after{{content:""}}
-  table,img,.heatmap{{page-break-inside:avoid}} h2{{page-break-after:avoid}}
+  .scroll{{overflow:visible}}
+  td,th{{padding:.15em .35em}}
+  .heatmap,img,figure,tr{{break-inside:avoid}} h2,h3{{break-after:avoid}}
   a{{color:#000;text-decoration:none}}
+  footer.digest{{display:none}}
 }}
 """
 
@@ -68,13 +97,48 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def page(title: str, body: str) -> str:
-    """A complete, self-contained HTML document."""
+def page(title: str, body: str, *, digest: str | None = None) -> str:
+    """A complete, self-contained HTML document.
+
+    Printed, every page carries a running footer: the certificate's SHA-256 (``digest``, when the
+    report is of a written certificate) and "page i of n" (CSS ``@page`` margin boxes)."""
+    stamp = f"certificate sha256 {digest}" if digest else "safecert report"
+    if not re.fullmatch(r"[0-9a-f]{64}", digest or "0" * 64):
+        raise ValueError(f"digest must be 64 hex digits, got {digest!r}")
+    footer = (
+        f"@page{{@bottom-left{{content:'{stamp}';font:7pt ui-monospace,monospace;color:#444}}"
+        "@bottom-right{content:'page ' counter(page) ' of ' counter(pages);"
+        "font:8pt system-ui,sans-serif;color:#444}}"
+    )
+    shown = f"<footer class='digest' id='digest'>{esc(stamp)}</footer>" if digest else ""
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>{body}"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>{esc(title)}</title><style>{_CSS}{footer}</style></head><body>{body}{shown}"
         f"<script>{_SORT_JS}</script></body></html>"
     )
+
+
+def breakable(value: object) -> str:
+    """``value`` escaped, with every long non-numeric token (a digest, a path, a command) in a
+    ``.brk`` span that may break anywhere; numbers and words never break inside (a short token
+    with a hyphen, dash or slash, where a browser would break, is kept whole by a ``.nw`` span)."""
+    parts = re.split(r"(\s+)", str(value))
+    out = []
+    for part in parts:
+        if len(part) > BREAKABLE_LEN and not part.isspace() and not _NUMBER.fullmatch(part):
+            out.append(f"<span class='brk'>{esc(part)}</span>")
+        elif _BREAKS_AT.search(part):
+            out.append(f"<span class='nw'>{esc(part)}</span>")
+        else:
+            out.append(esc(part))
+    return "".join(out)
+
+
+def scroll(inner: str) -> str:
+    """``inner`` (a table) in a box that scrolls sideways on a narrow screen instead of squeezing
+    the table to a character per line."""
+    return f"<div class='scroll'>{inner}</div>"
 
 
 def table(
@@ -101,15 +165,15 @@ def table(
         for _col, value in zip(
             columns, row, strict=True
         ):  # strict: a row of the wrong width is a bug
-            text = esc(value)
+            text = breakable(value)
             cls = status_of(value)
             cells.append(f"<td class='{cls}'>{text}</td>" if cls else f"<td>{text}</td>")
         data = f" data-status='{status}'" if status else ""
         body.append(f"<tr{data}>{''.join(cells)}</tr>")
-    heading = f"<h2>{esc(title)}</h2>" if title else ""
+    heading = f"<h2>{breakable(title)}</h2>" if title else ""
     return (
-        f"{heading}<table class='{classes}' {attrs}><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f"{heading}<div class='scroll'><table class='{classes}' {attrs}><thead><tr>{head}</tr>"
+        f"</thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from safecert.certificate import read_certificate
 from safecert.errors import ConfigError, DataError
 from safecert.report.facts import claim, signature_status
-from safecert.report.html import esc, page, status_of
+from safecert.report.html import breakable, esc, page, status_of
 
 CERTIFICATE = "certificate.json"
 
@@ -94,15 +94,15 @@ def index_html(entries: list[IndexEntry], title: str) -> str:
         rows.append(
             f"<tr data-status='{cls}' data-path='{esc(e.path)}'><td>{esc(e.created_utc)}</td>"
             f"<td>{esc(_run(e.path))}</td>"
-            f"<td>{esc(e.kind)}</td><td class='{cls}'>{esc(e.verdict)}</td><td>{esc(e.claim)}</td>"
-            f"<td>{esc(e.signature)}</td><td>{links}</td></tr>"
+            f"<td>{esc(e.kind)}</td><td class='{cls}'>{esc(e.verdict)}</td><td>{breakable(e.claim)}</td>"
+            f"<td>{breakable(e.signature)}</td><td>{links}</td></tr>"
         )
     body = (
         f"<h1>safecert certificates in {esc(title)}</h1><p>{len(entries)} certificates, newest "
         "first; click a column to sort. Signatures are named, not checked: run safecert verify "
         "CERT --pubkey PUB.</p>"
-        f"<table class='sortable' id='index'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<div class='scroll'><table class='sortable' id='index'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
     return page(f"safecert: {title}", body)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from safecert.report.html import FAIL_COLOUR, PASS_COLOUR, WARN_COLOUR, esc
+from safecert.report.html import FAIL_COLOUR, INK, PASS_COLOUR, WARN_COLOUR, breakable, esc
 
 Status = Literal["pass", "fail", "warn"]
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
@@ -208,18 +208,25 @@ def heatmap_html(m: Heatmap) -> str:
         label = esc(yv) if m.y else ""
         rows.append(f"<tr><th>{label}</th>{''.join(tds)}</tr>")
     return (
-        f"<table class='heatmap' data-view='{m.view}'><caption><strong>{esc(m.title)}</strong>"
+        f"<div class='scroll'><table class='heatmap' data-view='{m.view}'><caption><strong>{esc(m.title)}</strong>"
         f"<br>{esc(m.caption)}</caption><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
-LEGEND = (
-    "<p class='legend'><span class='pass'>PASS</span>passes and the nominal cell passes "
-    "<span class='fail'>FAIL</span>fails <span class='warn'>NOT CERTIFIED</span>passes while the "
-    "nominal cell fails, or undecided. Each square: failures/episodes and the Clopper–Pearson "
-    "upper bound (UB) at δ'.</p>"
-)
+def legend(result: Any) -> str:
+    """What the colours and the numbers of a square mean, naming the bound each square shows."""
+    bound = (
+        "the anytime-valid e-process upper bound at δ' (valid at the episode the cell was decided)"
+        if hasattr(result, "sequential")
+        else "the Clopper–Pearson upper bound at δ'"
+    )
+    return (
+        "<p class='legend'><span class='pass'>PASS</span>passes and the nominal cell passes "
+        "<span class='fail'>FAIL</span>fails <span class='warn'>NOT CERTIFIED</span>passes while "
+        "the nominal cell fails, or undecided. Each square: failures/episodes and "
+        f"{breakable(bound)} (UB).</p>"
+    )
 
 
 def odd_html(result: Any) -> str:
@@ -227,7 +234,7 @@ def odd_html(result: Any) -> str:
     slices, projections = odd_views(result)
     if not slices:
         return ""
-    parts = ["<h2>Operational design domain</h2>", LEGEND]
+    parts = ["<h2>Operational design domain</h2>", legend(result)]
     parts.append(
         f"<h3>Slices ({len(slices)}: every cell appears in exactly one)</h3><div class='heatmaps'>"
         + "".join(heatmap_html(m) for m in slices)
@@ -268,7 +275,7 @@ def odd_pngs(result: Any, out_dir: Path) -> list[tuple[str, Path]]:
                 f"{word}\n{rest}".replace(", ", "\n"),
                 ha="center",
                 va="center",
-                color="white" if sq.status != "warn" else "black",
+                color=INK[sq.status],
                 fontsize=7,
                 weight="bold",
             )

@@ -18,7 +18,7 @@ from typing import Any
 
 from safecert.blackbox.jobs import EpisodeRecord
 from safecert.certificate import BlackboxCertificate, SequentialCertificate
-from safecert.report.facts import claim, facts_html, facts_markdown, posthoc_banner
+from safecert.report.facts import claim, digest_of, facts_html, facts_markdown, posthoc_banner
 from safecert.report.html import embed_png, esc, page, table, verdict_badge
 from safecert.report.odd import cell_views, odd_html, odd_pngs, sorted_axes
 
@@ -344,7 +344,8 @@ def write_report(
         body.append("<h2>Worst-case ODD maps (PNG, as in report.md)</h2>")
         body += [embed_png(path, title) for title, path in maps]
     (out_dir / "report.html").write_text(
-        page(f"safecert: {cert.verdict}{suffix}", "".join(body)), encoding="utf-8"
+        page(f"safecert: {cert.verdict}{suffix}", "".join(body), digest=digest_of(cert_path)),
+        encoding="utf-8",
     )
     md = [f"# safecert {cert.kind} certificate", "", f"**Verdict: {cert.verdict}{suffix}**", ""]
     md += [claim(cert), ""]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from safecert.certificate import ShieldCertificate
-from safecert.report.facts import claim, facts_html
+from safecert.report.facts import claim, digest_of, facts_html
 from safecert.report.html import esc, page, table, verdict_badge
 
 if TYPE_CHECKING:
@@ -103,8 +103,8 @@ def _map_html(
         "td.void{background:#eee}</style>"
     )
     return (
-        f"{css}<h2>Shield map</h2>{legend}<table class='shieldmap' id='shield-map'>"
-        f"{''.join(rows)}</table>"
+        f"{css}<h2>Shield map</h2>{legend}<div class='scroll'><table class='shieldmap' "
+        f"id='shield-map'>{''.join(rows)}</table></div>"
     )
 
 
@@ -167,4 +167,4 @@ def render_shield_report(cert: ShieldCertificate, cert_path: Path) -> str:
         ),
         facts_html(cert, cert_path),
     ]
-    return page(f"safecert shield: {cert.verdict}", "".join(body))
+    return page(f"safecert shield: {cert.verdict}", "".join(body), digest=digest_of(cert_path))

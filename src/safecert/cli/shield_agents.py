@@ -75,13 +75,34 @@ def serve(
     upstream_timeout: Annotated[
         float, typer.Option(help="Deadline (s) for each upstream call; a miss ends the session.")
     ] = 30.0,
+    upstream_start_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Deadline (s) for the upstream to start and list its tools (each start)."
+        ),
+    ] = 30.0,
+    upstream_restarts: Annotated[
+        int,
+        typer.Option(
+            help="Restarts (with backoff) of an upstream that died; past them, exit 3.", min=0
+        ),
+    ] = 3,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM/SIGINT: wait (s) for calls in flight, then stop (exit 128+sig)."
+        ),
+    ] = 2.0,
 ) -> None:
     """Serve MCP in front of an upstream MCP server, enforcing a certified shield per session.
+
+    Exit codes: 0 the stdio client left; 2 bad input or the upstream did not start; 3 the upstream
+    died more often than --upstream-restarts; 128+signal after SIGTERM (143) or SIGINT (130).
 
     Example: safecert shield serve --certificate runs/pay/certificate.json --upstream "python tools_server.py" --abstraction phi:phi --action-map phi:action --steps-log steps.jsonl
     """
     from safecert.shield.certified import load_certified_shield
-    from safecert.shield.gateway import ServeOptions
+    from safecert.shield.gateway import EXIT_UPSTREAM, ServeOptions, UpstreamFailed
     from safecert.shield.gateway import run as run_gateway
     from safecert.shield.session import ON_BLOCK, OnBlock, check_timeout
 
@@ -100,13 +121,20 @@ def serve(
         steps_log=steps_log,
         audit_log=audit_log,
         upstream_timeout_s=check_timeout(upstream_timeout, "--upstream-timeout"),
+        upstream_start_timeout_s=check_timeout(upstream_start_timeout, "--upstream-start-timeout"),
+        upstream_restarts=upstream_restarts,
+        grace_s=check_timeout(shutdown_grace, "--shutdown-grace"),
     )
     shield = load_certified_shield(certificate)
     abstr = _abstraction(shield.model, abstraction, action_map, abstraction_timeout)
     try:
-        run_gateway(shield, abstr, opts)
-    except KeyboardInterrupt:
-        err_console.print("stopped")
+        code = run_gateway(shield, abstr, opts)
+    except UpstreamFailed as exc:
+        err_console.print(f"safecert: error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_UPSTREAM) from None
+    if code:
+        err_console.print(f"stopped (exit {code})", markup=False, highlight=False)
+        raise typer.Exit(code)
 
 
 def ingest(

@@ -27,28 +27,48 @@ if TYPE_CHECKING:
     from safecert.events import Events
 
 
-def _verdict_table(cert) -> None:
+def _verdict_table(cert, command: str = "safecert certify") -> None:
+    """The console summary: one row per cell, the stage-1 line, out-of-space actions, verdict.
+    A sequential cell shows its decision's own counts and e-process bounds (episodes run after
+    the decision are only counted in "stored")."""
     from safecert.blackbox.grid import cell_label
 
     res = cert.result
-    rows = [
-        [
-            str(i),
-            cell_label(c.params),
-            c.episodes,
-            c.task_failures,
-            c.safety_failures,
-            c.failures,
-            float(c.upper_bound),
-            c.decision,
+    if cert.kind == "sequential":
+        columns = ["cell", "params", "N at decision", "failures", "e-process LB", "e-process UB"]
+        columns += ["decision", "N stored"]
+        rows = [
+            [
+                str(i),
+                cell_label(c.params),
+                c.episodes_used,
+                c.failures_used,
+                float(c.lower_bound),
+                float(c.upper_bound),
+                c.decision,
+                c.episodes,
+            ]
+            for i, c in enumerate(res.cells)
         ]
-        for i, c in enumerate(res.cells)
-    ]
+    else:
+        columns = ["cell", "params", "N", "task", "safety", "unified", "upper", "decision"]
+        rows = [
+            [
+                str(i),
+                cell_label(c.params),
+                c.episodes,
+                c.task_failures,
+                c.safety_failures,
+                c.failures,
+                float(c.upper_bound),
+                c.decision,
+            ]
+            for i, c in enumerate(res.cells)
+        ]
     console.print(
         table(
-            f"safecert certify: p* = {res.p_star}, confidence {res.confidence}, "
-            f"M = {res.family_size}",
-            ["cell", "params", "N", "task", "safety", "unified", "upper", "decision"],
+            f"{command}: p* = {res.p_star}, confidence {res.confidence}, M = {res.family_size}",
+            columns,
             rows,
         )
     )
@@ -57,7 +77,13 @@ def _verdict_table(cert) -> None:
         f"stage 1 (nominal): {s1.decision} ({s1.failures}/{s1.episodes}, "
         f"upper {s1.upper_bound:.5f}); ODD: {len(res.odd)}/{len(res.cells)} cells"
     )
-    colour = "green" if cert.verdict == "PASS" else "red"
+    oos = res.oracle_failures.kinds.get("action_out_of_space")
+    if oos is not None:
+        console.print(
+            f"out-of-space actions: {oos.count} episodes ended by an action outside the action "
+            f"space (action_out_of_space = {res.action_out_of_space}), e.g. {oos.example}"
+        )
+    colour = {"PASS": "green", "FAIL": "red"}.get(cert.verdict, "yellow")
     console.print(f"[bold {colour}]{cert.verdict}[/]")
 
 
@@ -244,7 +270,7 @@ def rejudge(
     if json_out:
         emit_json(cert.model_dump(mode="json"))
     else:
-        _verdict_table(cert)
+        _verdict_table(cert, "safecert rejudge (post hoc)")
         console.print(f"certificate: {where / 'certificate.json'}\nreport: {where / 'report.html'}")
     if cert.verdict != "PASS":
         raise typer.Exit(1)

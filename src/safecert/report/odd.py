@@ -6,8 +6,12 @@ A black-box grid is the product of its axes' levels. Every view here is built fr
 * ``pass`` (green) — the cell passes *and* the verdict's precondition holds (the stage-1 nominal
   cell passes; without it no cell is certified, see the verdict rule);
 * ``fail`` (red) — the cell fails;
-* ``warn`` (amber) — anything else: a passing cell while the nominal cell fails, or a sequential
-  cell left inconclusive/undecided.
+* ``warn`` (amber) — anything else: a passing cell while the nominal cell fails ("NOT
+  CERTIFIED"), or a sequential cell left inconclusive/undecided (its own word, as the terminal
+  says it).
+
+A sequential cell is shown with the counts and bounds of its decision (``failures_used`` of
+``episodes_used``, the e-process bounds), never with the episodes run after it.
 
 Views (levels always sorted by value, axes in the grid's canonical order):
 
@@ -48,6 +52,10 @@ class CellView:
     upper_bound: float
     status: Status
     note: str
+    #: the status in words: PASS, FAIL, NOT CERTIFIED, or a sequential INCONCLUSIVE / UNDECIDED
+    word: str = ""
+    #: a sequential cell's e-process lower bound at its decision (``None`` for fixed-N)
+    lower_bound: float | None = None
 
 
 def cell_views(result: Any) -> list[CellView]:
@@ -57,16 +65,30 @@ def cell_views(result: Any) -> list[CellView]:
     for i, c in enumerate(result.cells):
         if c.decision == "FAIL":
             status: Status = "fail"
-            note = "fails"
+            note, word = "fails", "FAIL"
         elif c.decision == "PASS" and nominal_ok:
-            status, note = "pass", "passes"
+            status, note, word = "pass", "passes", "PASS"
         elif c.decision == "PASS":
             status, note = "warn", "passes, but the nominal cell fails: not certified"
+            word = "NOT CERTIFIED"
         else:
-            status, note = "warn", f"{c.decision.lower()}: not certified"
+            status, note, word = "warn", f"{c.decision.lower()}: not certified", c.decision
+        sequential = hasattr(c, "episodes_used")
+        failures, episodes = (
+            (c.failures_used, c.episodes_used) if sequential else (c.failures, c.episodes)
+        )
         out.append(
             CellView(
-                i, dict(c.params), c.decision, c.failures, c.episodes, c.upper_bound, status, note
+                i,
+                dict(c.params),
+                c.decision,
+                failures,
+                episodes,
+                c.upper_bound,
+                status,
+                note,
+                word,
+                c.lower_bound if sequential else None,
             )
         )
     return out
@@ -110,9 +132,10 @@ class Heatmap:
 def _square(views: list[CellView]) -> Square:
     worst = max(views, key=lambda v: (_RANK[v.status], v.upper_bound))
     failing = sum(v.status == "fail" for v in views)
-    word = {"pass": "PASS", "fail": "FAIL", "warn": "NOT CERTIFIED"}[worst.status]
+    word = worst.word
     if len(views) == 1:
-        text = f"{word} {worst.failures}/{worst.episodes} UB {worst.upper_bound:.3f}"
+        lb = "" if worst.lower_bound is None else f" LB {worst.lower_bound:.3f}"
+        text = f"{word} {worst.failures}/{worst.episodes}{lb} UB {worst.upper_bound:.3f}"
     else:
         text = f"{word} {failing}/{len(views)} cells fail, max UB {worst.upper_bound:.3f}"
     return Square(worst.status, text, tuple(v.index for v in views))
@@ -216,16 +239,21 @@ def heatmap_html(m: Heatmap) -> str:
 
 def legend(result: Any) -> str:
     """What the colours and the numbers of a square mean, naming the bound each square shows."""
-    bound = (
-        "the anytime-valid e-process upper bound at δ' (valid at the episode the cell was decided)"
-        if hasattr(result, "sequential")
-        else "the Clopper–Pearson upper bound at δ'"
-    )
+    if hasattr(result, "sequential"):
+        what = (
+            "failures/episodes at the cell's decision (episodes run after it are not counted) "
+            "and the anytime-valid e-process bounds at δ' (LB, UB)"
+        )
+        undecided = (
+            "<span class='warn'>NOT CERTIFIED</span>passes while the nominal cell fails "
+            "<span class='warn'>INCONCLUSIVE</span>reached its cap undecided"
+        )
+    else:
+        what = "failures/episodes and the Clopper–Pearson upper bound at δ' (UB)"
+        undecided = "<span class='warn'>NOT CERTIFIED</span>passes while the nominal cell fails"
     return (
         "<p class='legend'><span class='pass'>PASS</span>passes and the nominal cell passes "
-        "<span class='fail'>FAIL</span>fails <span class='warn'>NOT CERTIFIED</span>passes while "
-        "the nominal cell fails, or undecided. Each square: failures/episodes and "
-        f"{breakable(bound)} (UB).</p>"
+        f"<span class='fail'>FAIL</span>fails {undecided}. Each square: {breakable(what)}.</p>"
     )
 
 

@@ -82,15 +82,50 @@ def _why(r: EpisodeRecord, budget: float) -> str:
     return ", ".join(reasons)
 
 
-def sections(
-    cert: Certificate, records: Sequence[EpisodeRecord], config_path: Path | None, out_dir: Path
-) -> list[Section]:
-    """Every table of the report, in order."""
-    res = cert.result
-    cells: list[Any] = list(res.cells)  # Cell or SequentialCell: both carry bound and decision
-    views = cell_views(res)
-    names = [name for name, _ in sorted_axes(res)]
-    every = Section(
+_STATUS_WORD = {"pass": "PASS", "fail": "FAIL"}
+
+
+def _every_cell(cert: Certificate, views: list[Any], cells: list[Any], names: list[str]) -> Section:
+    """The sortable table of every cell. A sequential cell shows its decision's own counts and
+    anytime-valid e-process bounds; the stored counts (episodes run after the decision included)
+    follow, marked descriptive. Fixed-N cells show the Table-2 breakdown (Clopper–Pearson)."""
+    status = [v.status for v in views]
+    if isinstance(cert, SequentialCertificate):
+        return Section(
+            f"Every cell ({len(views)}; click a column to sort): each decision's own counts and its "
+            "anytime-valid e-process bounds at δ'; stored counts include episodes run after the "
+            "decision (descriptive)",
+            [
+                "cell",
+                *names,
+                "episodes at decision",
+                "failures at decision",
+                "e-process LB",
+                "e-process UB",
+                "decision",
+                "status",
+                "episodes stored",
+                "failures stored",
+            ],
+            [
+                [
+                    str(v.index),
+                    *[str(v.params.get(n, "—")) for n in names],
+                    str(c.episodes_used),
+                    str(c.failures_used),
+                    _fmt(c.lower_bound),
+                    _fmt(c.upper_bound),
+                    c.decision,
+                    _STATUS_WORD.get(v.status, v.word),
+                    str(c.episodes),
+                    str(c.failures),
+                ]
+                for v, c in zip(views, cells, strict=True)
+            ],
+            sortable=True,
+            status=status,
+        )
+    return Section(
         f"Every cell ({len(views)}; click a column to sort; bounds are Clopper–Pearson at δ')",
         [
             "cell",
@@ -115,15 +150,32 @@ def sections(
                 _fmt(c.failure_rate),
                 _fmt(c.upper_bound),
                 c.decision,
-                {"pass": "PASS", "fail": "FAIL", "warn": "NOT CERTIFIED"}[v.status],
+                _STATUS_WORD.get(v.status, v.word),
             ]
             for v, c in zip(views, cells, strict=True)
         ],
         sortable=True,
-        status=[v.status for v in views],
+        status=status,
     )
+
+
+def sections(
+    cert: Certificate, records: Sequence[EpisodeRecord], config_path: Path | None, out_dir: Path
+) -> list[Section]:
+    """Every table of the report, in order."""
+    res = cert.result
+    cells: list[Any] = list(res.cells)  # Cell or SequentialCell: both carry bound and decision
+    views = cell_views(res)
+    names = [name for name, _ in sorted_axes(res)]
+    every = _every_cell(cert, views, cells, names)
+    sequential = isinstance(cert, SequentialCertificate)
     hoeff = Section(
-        "Performance and cost (Hoeffding at δ')",
+        "Performance and cost (Hoeffding at δ'"
+        + (
+            ", over every stored episode of a cell: descriptive, not anytime-valid)"
+            if sequential
+            else ")"
+        ),
         ["cell", "params", "return mean", "return LCB", "cost mean", "cost UCB"],
         [
             [

@@ -42,7 +42,7 @@ class Change:
     path: str
     before: Any
     after: Any
-    status: str  # "changed" | "added" | "removed"
+    status: str  # "changed" | "added" | "removed" | "moved, same sha256"
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ class CertificateDiff:
     odd_gained: list[str] = field(default_factory=list)
     odd_lost: list[str] = field(default_factory=list)
     result: list[Change] = field(default_factory=list)
+    #: the sides ("A", "B") judged post hoc (``rejudge``): their ODD carries no guarantee
+    posthoc: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
@@ -115,7 +117,23 @@ def _digests(cert: Certificate) -> dict[str, Any]:
         for e in entries:
             n = seen[e.role] = seen.get(e.role, 0) + 1
             key = f"{kind} {e.role}" + (f" #{n}" if n > 1 else "")
-            out[key] = f"{e.path} sha256 {e.sha256} ({e.digest_of})"
+            out[key] = (e.path, f"sha256 {e.sha256} ({e.digest_of})")
+    return out
+
+
+def compare_digests(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
+    """Files whose bytes changed, were added or removed; a file whose path moved but whose
+    digest is equal is ``moved, same sha256`` (its contents did not change)."""
+    out = []
+    for key in list(a) + [k for k in b if k not in a]:
+        if key not in b:
+            out.append(Change(key, " ".join(a[key]), None, "removed"))
+        elif key not in a:
+            out.append(Change(key, None, " ".join(b[key]), "added"))
+        elif a[key][1] != b[key][1]:
+            out.append(Change(key, " ".join(a[key]), " ".join(b[key]), "changed"))
+        elif a[key][0] != b[key][0]:
+            out.append(Change(key, a[key][0], b[key][0], "moved, same sha256"))
     return out
 
 
@@ -146,11 +164,28 @@ def diff_certificates(
         kind=(a.kind, b.kind),
         verdict=(a.verdict, b.verdict),
         parameters=compare(a.parameters, b.parameters),
-        digests=compare(_digests(a), _digests(b)),
+        digests=compare_digests(_digests(a), _digests(b)),
         cells=cells,
         odd_gained=gained,
         odd_lost=lost,
         result=compare(ra, rb),
+        posthoc=[
+            name
+            for name, cert in (("A", a), ("B", b))
+            if getattr(cert.result, "rejudged", None) is not None
+        ],
+    )
+
+
+def posthoc_warning(d: CertificateDiff) -> str:
+    """Why cells gained by a re-judged side prove nothing (empty when no side is post hoc)."""
+    if not d.posthoc:
+        return ""
+    sides = " and ".join(d.posthoc)
+    return (
+        f"{sides} {'is' if len(d.posthoc) == 1 else 'are'} re-judged post hoc: a threshold "
+        "chosen after seeing the outcomes carries no guarantee, so ODD cells gained here are "
+        "not certified unless that threshold was fixed in advance."
     )
 
 
@@ -181,7 +216,9 @@ def diff_text(d: CertificateDiff) -> str:
     for title, changes in (("parameters", d.parameters), ("digests", d.digests)):
         if changes:
             lines.append(f"{title}:")
-            lines += [f"  {c.path}: {' -> '.join(_sides(c))}" for c in changes]
+            lines += [f"  {c.path}: {' -> '.join(_sides(c))} ({c.status})" for c in changes]
+    if d.posthoc:
+        lines.append(f"warning: {posthoc_warning(d)}")
     if d.odd_gained or d.odd_lost:
         lines.append(f"ODD cells gained ({len(d.odd_gained)}): " + "; ".join(d.odd_gained))
         lines.append(f"ODD cells lost ({len(d.odd_lost)}): " + "; ".join(d.odd_lost))
@@ -223,6 +260,11 @@ def diff_html(d: CertificateDiff) -> str:
     ):
         if changes:
             body.append(table(cols, rows(changes), title=title, sortable=True, attrs=f"id='{key}'"))
+    if d.posthoc:
+        body.append(
+            f"<div class='banner' id='posthoc' data-posthoc='{esc(','.join(d.posthoc))}'>"
+            f"<strong>Post hoc.</strong> {esc(posthoc_warning(d))}</div>"
+        )
     if d.odd_gained or d.odd_lost:
         odd = [[c, "gained"] for c in d.odd_gained] + [[c, "lost"] for c in d.odd_lost]
         status = ["pass"] * len(d.odd_gained) + ["fail"] * len(d.odd_lost)

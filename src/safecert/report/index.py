@@ -31,6 +31,8 @@ class IndexEntry:
     claim: str
     report: str | None
     error: str | None
+    #: judged post hoc (``rejudge``): listed as such, never as a plain verdict
+    posthoc: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -63,6 +65,7 @@ def build_index(runs_dir: Path) -> list[IndexEntry]:
                 claim(cert),
                 report_rel,
                 None,
+                getattr(cert.result, "rejudged", None) is not None,
             )
         )
     return sorted(entries, key=lambda e: (e.error is None, e.created_utc), reverse=True)
@@ -91,10 +94,12 @@ def index_html(entries: list[IndexEntry], title: str) -> str:
             )
             continue
         cls = status_of(e.verdict) or "warn"
+        posthoc = " <span class='nw'>(re-judged post hoc)</span>" if e.posthoc else ""
+        cls = "warn" if e.posthoc and cls == "pass" else cls  # a post-hoc PASS certifies nothing
         rows.append(
             f"<tr data-status='{cls}' data-path='{esc(e.path)}'><td>{esc(e.created_utc)}</td>"
             f"<td>{esc(_run(e.path))}</td>"
-            f"<td>{esc(e.kind)}</td><td class='{cls}'>{esc(e.verdict)}</td><td>{breakable(e.claim)}</td>"
+            f"<td>{esc(e.kind)}</td><td class='{cls}'>{esc(e.verdict)}{posthoc}</td><td>{breakable(e.claim)}</td>"
             f"<td>{breakable(e.signature)}</td><td>{links}</td></tr>"
         )
     body = (

@@ -204,7 +204,7 @@ def test_careful_forger_passes_the_digests_but_not_the_rederivation(base, tmp_pa
 def test_certify_without_epsilon_is_bound(base, tmp_path, capsys):
     cert = json.loads((base / "bound" / "certificate.json").read_text())
     assert cert["verdict"] == "BOUND"
-    assert cert["parameters"] == {"command": "certify", "epsilon": None}
+    assert cert["parameters"] == {"command": "certify", "epsilon": None, "anytime": False}
     assert cert["result"]["epsilon"] is None and cert["result"]["method"] == "given"
     assert cert["result"]["bound"] > 0.9  # the full shield: nothing claimed about it
     # a BOUND certificate cannot be turned into a claim

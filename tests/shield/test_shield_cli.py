@@ -33,7 +33,7 @@ def test_synthesize_writes_certificate_table_and_map(synthesized):
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["kind"] == "shield" and cert["verdict"] == "PASS" and data["verdict"] == "PASS"
     assert cert["parameters"] == {
-        "command": "synthesize", "epsilon": 0.2, "method": "additive", "rho_min": 1e-3
+        "command": "synthesize", "epsilon": 0.2, "method": "additive", "rho_min": 1e-3, "anytime": False
     }  # fmt: skip
     r = cert["result"]
     assert r["bound"] <= 0.2 and r["bound"] == data["bound"] and r["method"] == "additive"

@@ -110,11 +110,12 @@ def test_synthesize_on_given_rows(grid, method):
     assert res.forbidden_fraction <= synthesize(model, est, 0.10, method=method).forbidden_fraction
 
 
-def test_goal_reachable_uses_declared_successors_of_vacuous_rows():
-    """Without logs every stochastic row is vacuous; K still says the goal can be reached."""
+def test_goal_reachable_needs_logged_transitions():
+    """Without logs nothing was seen: the goal is not reachable through unlogged rows (before,
+    vacuous rows contributed their whole K and every shield reached the goal)."""
     model = grid_model(12_000)
     rows = robust_rows(model, estimate(model, []))
-    assert goal_reachable(model, rows, np.ones(model.k.shape, bool)) is True
+    assert goal_reachable(model, rows, np.ones(model.k.shape, bool)) is False
     assert goal_reachable(model, rows, all_halt(model)) is False
 
 

@@ -47,6 +47,14 @@ ModelOpt = Annotated[Path, typer.Option("--model", help="Model TOML (predicates,
 LogsOpt = Annotated[Path, typer.Option("--logs", help="Step log, JSON Lines.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+AnytimeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--anytime",
+        help="Time-uniform confidence sets on every logged visit (valid at any log size, no "
+        "budget needed; also the model's anytime = true).",
+    ),
+]
 SignKeyOpt = Annotated[
     Path | None,
     typer.Option("--sign-key", help="Ed25519 private key: also write certificate.json.sig."),
@@ -61,8 +69,13 @@ def _show(run: ShieldRun, out: Path, json_out: bool) -> None:
     short = short_of_budget(cert.result)
     if short:
         _say(
-            f"warning: {len(short)} of {cert.result.stochastic_rows} rows are short of their "
-            "budget n0; their confidence sets are vacuous (worst case): collect more logs"
+            f"warning: {len(short)} of {cert.result.stochastic_rows} rows are "
+            + (
+                "never visited"
+                if cert.result.confidence == "anytime"
+                else "short of their budget n0"
+            )
+            + "; their confidence sets are vacuous (worst case): collect more logs"
         )
     if json_out:
         emit_json(
@@ -119,6 +132,7 @@ def certify(
             "without it the verdict is BOUND."
         ),
     ] = None,
+    anytime: AnytimeOpt = False,
     sign_key: SignKeyOpt = None,
     json_out: JsonOpt = False,
     junit: JunitOpt = None,
@@ -132,8 +146,9 @@ def certify(
 
     with _busy(json_out, f"certifying from {logs_path.name}"), as_flags("epsilon", "shield"):
         run = certify_shield(
-            model_path, logs_path, out, shield_path=shield, epsilon=epsilon, sign_key=sign_key
-        )
+            model_path, logs_path, out, shield_path=shield, epsilon=epsilon, sign_key=sign_key,
+            anytime=anytime,
+        )  # fmt: skip
     _report(out)
     write_junit_for(junit, f"safecert shield certify {out}", run.certificate, "shield.certify")
     _show(run, out, json_out)
@@ -157,6 +172,7 @@ def synthesize(
         bool,
         typer.Option(help="Exit 0 even when the goal is unreachable under the shield."),
     ] = False,
+    anytime: AnytimeOpt = False,
     sign_key: SignKeyOpt = None,
     json_out: JsonOpt = False,
     junit: JunitOpt = None,
@@ -174,7 +190,7 @@ def synthesize(
     ):
         run = synthesize_shield(
             model_path, logs_path, out, epsilon=epsilon, method=method, rho_min=rho_min,
-            sign_key=sign_key,
+            sign_key=sign_key, anytime=anytime,
         )  # fmt: skip
     _report(out)
     _synthesis_junit(junit, out, run, allow_goal_unreachable)

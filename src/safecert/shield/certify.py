@@ -48,11 +48,12 @@ from safecert.shield.report import (
 from safecert.shield.result import (
     CertifyParameters,
     Method,
+    RouteStep,
     ShieldResult,
     ShieldRow,
     SynthesizeParameters,
 )
-from safecert.shield.synthesis import METHODS, forbidden_fraction, goal_reachable
+from safecert.shield.synthesis import METHODS, forbidden_fraction, goal_route
 
 Verdict = Literal["PASS", "FAIL", "BOUND"]
 
@@ -83,10 +84,20 @@ def verdict_for(bound: float, epsilon: float | None) -> Verdict:
     return "PASS" if bound <= epsilon else "FAIL"
 
 
-def load_inputs(model_path: Path, logs_path: Path) -> tuple[ShieldModel, RowEstimates]:
-    """The model and its committed-budget estimates (streaming the logs once)."""
+def load_inputs(
+    model_path: Path, logs_path: Path, *, anytime: bool = False
+) -> tuple[ShieldModel, RowEstimates]:
+    """The model and its estimates (streaming the logs once): committed-budget, or every visit
+    when ``anytime`` or the model's ``anytime`` key is set (:func:`uses_anytime`)."""
     model = load_model(model_path)
-    return model, estimate(model, iter_steps(logs_path, model))
+    return model, estimate(
+        model, iter_steps(logs_path, model), anytime=uses_anytime(model, anytime)
+    )
+
+
+def uses_anytime(model: ShieldModel, flag: bool) -> bool:
+    """Anytime sets when asked on the command line or by the model (``anytime = true``)."""
+    return bool(flag or model.anytime)
 
 
 def complete_shield(model: ShieldModel, allowed: np.ndarray) -> np.ndarray:
@@ -110,6 +121,7 @@ def build_result(
     checker calls it on the evidence and compares every field to the last bit."""
     rows = robust_rows(model, est)
     values, _ = value_iteration(rows, allowed, model.horizon)
+    route = goal_route(model, rows, allowed)
     table = []
     for s, a in np.argwhere((model.k >= 2) & model.live[:, None]):
         radius = float(rows.radius[s, a])
@@ -140,8 +152,20 @@ def build_result(
         missed_budget=est.missed_budget,
         steps=est.steps,
         episodes=est.episodes,
-        goal_reachable=goal_reachable(model, rows, allowed),
+        goal_reachable=None if model.goal is None else route is not None,
         fallback_all_halt=fallback_all_halt,
+        confidence="anytime" if est.anytime else "committed",
+        goal_route=None
+        if route is None
+        else [
+            RouteStep(
+                state=model.labels[s],
+                action=model.actions[a],
+                next_state=model.labels[s2],
+                seen=int(est.counts[s, a, model.successor_position(s, a, s2)]),
+            )
+            for s, a, s2 in route
+        ],
     )
 
 
@@ -171,10 +195,12 @@ def certify_shield(
     shield_path: Path | None = None,
     epsilon: float | None = None,
     sign_key: Path | None = None,
+    anytime: bool = False,
 ) -> ShieldRun:
     """Certify a given shield (default: the full shield): V̄_T(s0) with confidence 1 − δ, verdict
     PASS/FAIL against ``epsilon``, or BOUND without one. Live states the shield omits are
-    certified halt-only, and the certificate records the complete shield."""
+    certified halt-only, and the certificate records the complete shield. ``anytime``:
+    time-uniform sets on every logged visit (also when the model says ``anytime = true``)."""
     if epsilon is not None and not 0 <= epsilon <= 1:
         raise ConfigError(f"must be in [0, 1], got {epsilon}", field="epsilon")
     _check_sign_key(sign_key)
@@ -185,7 +211,7 @@ def certify_shield(
             field="shield",
             fix="choose another --out",
         )
-    model, est = load_inputs(model_path, logs_path)
+    model, est = load_inputs(model_path, logs_path, anytime=anytime)
     missing: list[str] = []
     if shield_path is None:
         allowed = full_shield(model)
@@ -198,7 +224,7 @@ def certify_shield(
         model, est, allowed, epsilon=epsilon, method="given", fallback_all_halt=None
     )
     files = _input_digests(model_path, logs_path, shield_path)
-    params = CertifyParameters(command="certify", epsilon=epsilon)
+    params = CertifyParameters(command="certify", epsilon=epsilon, anytime=est.anytime)
     return _write(out, model_path, model, est, allowed, result, params, files, missing, sign_key)
 
 
@@ -211,6 +237,7 @@ def synthesize_shield(
     method: str = "greedy",
     rho_min: float = 1e-3,
     sign_key: Path | None = None,
+    anytime: bool = False,
 ) -> ShieldRun:
     """Synthesize the least-restrictive shield with V̄_T(s0) ≤ ε (Alg. 1 and variants; Cor. 2:
     no sample splitting) and certify it; the verdict is PASS by construction."""
@@ -223,7 +250,7 @@ def synthesize_shield(
     if method not in METHODS:
         raise ConfigError(f"unknown method {method!r}", field="method", fix=f"use {METHODS}")
     _check_sign_key(sign_key)
-    model, est = load_inputs(model_path, logs_path)
+    model, est = load_inputs(model_path, logs_path, anytime=anytime)
     res = synthesize(model, est, epsilon, method=method, rho_min=rho_min)
     allowed = complete_shield(model, res.allowed)
     params = SynthesizeParameters(
@@ -231,6 +258,7 @@ def synthesize_shield(
         epsilon=epsilon,
         method=cast(Literal["greedy", "additive", "robust_q"], method),  # checked above
         rho_min=rho_min,
+        anytime=est.anytime,
     )
     result = build_result(
         model,
@@ -246,8 +274,11 @@ def synthesize_shield(
 
 
 def short_of_budget(result: ShieldResult) -> list[str]:
-    """The rows with fewer visits than their budget n0, as ``(state, action) visits/n0``: their
-    confidence sets are every distribution on K(s,a), so they count as worst case."""
+    """The vacuous rows — fewer visits than their budget n0, as ``(state, action) visits/n0``
+    (anytime: never visited, ``(state, action) 0 visits``): their confidence sets are every
+    distribution on K(s,a), so they count as worst case."""
+    if result.confidence == "anytime":
+        return [f"({r.state}, {r.action}) 0 visits" for r in result.rows if r.vacuous]
     return [f"({r.state}, {r.action}) {r.visits}/{r.n0}" for r in result.rows if r.visits < r.n0]
 
 
@@ -303,6 +334,7 @@ def _write(
         "verdict": cert.verdict,
         "forbidden": f"{100 * result.forbidden_fraction:.1f} % of {result.live_pairs} live pairs",
         "rows short of budget": f"{est.missed_budget} of {model.stochastic_rows}",
+        "confidence sets": result.confidence,
         "confidence": f"{1 - model.delta:g} (δ = {model.delta:g}), T = {model.horizon}",
         "method": result.method,
         "goal_reachable": result.goal_reachable,

@@ -13,7 +13,8 @@ Nothing is taken from ``result``; the claim is re-derived from ``parameters`` an
   halt-only, as the runtime guard treats it) and equal ``result.allowed``; halt must be permitted
   in every state of ``result.allowed``. For ``synthesize`` the synthesizer is re-run with the
   recorded method, ε and ρ_min and must return the same shield.
-* **result** — the logs are streamed again into the committed-budget estimates, the confidence
+* **result** — the logs are streamed again into the committed-budget estimates (or, for an anytime
+  certificate — ``parameters.anytime`` or the model copy's ``anytime`` — every visit), the confidence
   sets rebuilt and robust value iteration re-run; the whole expected ``result`` is rebuilt with
   the builder that wrote it (:func:`safecert.shield.certify.build_result`) and compared path by
   path (one failing check per differing field, both values shown); the verdict is recomputed from
@@ -28,7 +29,7 @@ from pathlib import Path
 from safecert.audit import Evidence, check_file_digests, locate_evidence, locate_input
 from safecert.certificate import Certificate, FileDigest, ShieldCertificate, sha256_file
 from safecert.errors import DataError, SafecertError
-from safecert.shield.certify import build_result, complete_shield, verdict_for
+from safecert.shield.certify import build_result, complete_shield, uses_anytime, verdict_for
 from safecert.shield.estimate import estimate
 from safecert.shield.logs import iter_steps
 from safecert.shield.model import load_model
@@ -63,10 +64,17 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         report.add("model copy", False, str(exc))
         return report
     try:
-        est = estimate(model, iter_steps(logs_path, model))
+        est = estimate(
+            model, iter_steps(logs_path, model), anytime=uses_anytime(model, params.anytime)
+        )
     except SafecertError as exc:
         report.add("logs", False, str(exc))
         return report
+    report.equal(
+        "parameters.anytime (true when the model copy says anytime = true)",
+        uses_anytime(model, params.anytime),
+        params.anytime,
+    )
     shield_path = locate_evidence(shield_entry, evidence)
     try:
         table = json.loads(shield_path.read_text(encoding="utf-8"))

@@ -14,11 +14,19 @@ radius to β + η.
 ξ = min(β/2, 1 − q_top) onto the highest-V entry and take it from the lowest-V entries in order.
 Vectorised over any leading batch shape; padded entries (``valid`` False) carry no mass and never
 receive any.
+
+Anytime sets (:func:`anytime_beta`, ``anytime = true`` / ``--anytime``): every logged visit n of
+the row is used, P̂ = N(s,a,·)/n, with radius β_any(n) = 2 d(n), d the stitched time-uniform
+Hoeffding boundary of :mod:`safecert.stats.anytime` at ln(R (2^k − 2)/δ). With probability
+≥ 1 − δ every true row lies in its set at *every* log size simultaneously, so a certificate may be
+recomputed whenever the logs grow, with no budget committed in advance.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from safecert.stats.anytime import anytime_deviation
 
 NETWORK_MAX_K = 6
 
@@ -30,12 +38,32 @@ def beta(n0: np.ndarray, k: np.ndarray, rows: int, delta: float) -> np.ndarray:
     """
     n0 = np.asarray(n0, dtype=np.float64)
     k = np.asarray(k, dtype=np.int64)
-    kk = np.maximum(k, 2).astype(np.float64)
-    log_subsets = kk * np.log(2.0) + np.log1p(-np.exp2(1.0 - kk))
-    log_term = np.log(max(rows, 1)) + log_subsets - np.log(delta)
+    log_term = _log_union(k, rows, delta)
     with np.errstate(divide="ignore"):
         radius = np.sqrt(2.0 * log_term / n0)
     radius = np.where(n0 > 0, radius, np.inf)
+    return np.where(k <= 1, 0.0, radius)
+
+
+def _log_union(k: np.ndarray, rows: int, delta: float) -> np.ndarray:
+    """ln(R (2^k − 2) / δ): the share of δ of one (row, subset) pair."""
+    kk = np.maximum(k, 2).astype(np.float64)
+    log_subsets = kk * np.log(2.0) + np.log1p(-np.exp2(1.0 - kk))
+    return np.log(max(rows, 1)) + log_subsets - np.log(delta)
+
+
+def anytime_beta(visits: np.ndarray, k: np.ndarray, rows: int, delta: float) -> np.ndarray:
+    """Anytime radius per row: 2 d(n) with d the stitched boundary at ln(R (2^k − 2)/δ), n = every
+    visit of the row (0 where k == 1, ∞ on a stochastic row never visited).
+
+    Why: for each of the 2^k − 2 nontrivial subsets A ⊂ K, the visits' indicators of A minus P(A)
+    form a martingale (A1, A4, whatever controller logged them), so P̂_n(A) − P(A) < d(n) for every
+    n at once with probability ≥ 1 − δ/(R (2^k − 2)); on the union of these events
+    ‖P − P̂_n‖₁ = 2 max_A (P̂_n(A) − P(A)) < 2 d(n) for every row and every n.
+    """
+    visits = np.asarray(visits, dtype=np.float64)
+    k = np.asarray(k, dtype=np.int64)
+    radius = 2.0 * anytime_deviation(visits, _log_union(k, rows, delta))
     return np.where(k <= 1, 0.0, radius)
 
 

@@ -6,6 +6,10 @@ discarded: P̂(s'|s,a) = N0(s,a,s') / n0(s,a). A row visited fewer than n0 times
 confidence set is every distribution on K(s,a)); this loosens the certificate but never invalidates
 it. Rows with |K| = 1 (halt, unsafe self-loops, declared deterministic calls) are exact.
 
+With ``anytime=True`` nothing is committed: every visit of every row is counted (``n0`` then
+records the visits used, = ``visits``) and only never-visited stochastic rows are vacuous; the
+radii come from the time-uniform sets (:func:`safecert.shield.confidence.anytime_beta`).
+
 Counting streams: steps are gathered in chunks (or taken as the column blocks of the fast log
 reader, :meth:`~safecert.shield.logs.StepLog.blocks`) and truncated with a vectorised per-row rank,
 so memory is O(chunk + table), not O(log).
@@ -29,9 +33,10 @@ CHUNK = 1 << 16
 class RowEstimates:
     """Truncated counts per row; arrays are indexed ``[s, a]`` (and ``[s, a, j]`` over K(s,a)).
 
-    ``n0``: committed budgets; ``visits``: all visits N(s,a) (surplus included); ``counts``: the
-    truncated counts N0 aligned with ``model.succ``; ``k``: |K(s,a)|; ``steps``/``episodes``: how
-    much log was read.
+    ``n0``: committed budgets (anytime: the visits used, = ``visits`` on stochastic live rows);
+    ``visits``: all visits N(s,a) (surplus included); ``counts``: the truncated counts N0 aligned
+    with ``model.succ``; ``k``: |K(s,a)|; ``steps``/``episodes``: how much log was read;
+    ``anytime``: every visit counted, no budget (time-uniform sets).
     """
 
     n0: np.ndarray
@@ -40,6 +45,7 @@ class RowEstimates:
     k: np.ndarray
     steps: int
     episodes: int
+    anytime: bool = False
 
     @property
     def deterministic(self) -> np.ndarray:
@@ -47,7 +53,9 @@ class RowEstimates:
 
     @property
     def vacuous(self) -> np.ndarray:
-        """Stochastic rows that missed their budget."""
+        """Stochastic rows that missed their budget (anytime: stochastic live rows never visited)."""
+        if self.anytime:
+            return (self.k >= 2) & (self.visits == 0)  # unsafe rows have k = 1 (A2)
         return (self.n0 > 0) & (self.visits < self.n0)
 
     @property
@@ -67,8 +75,25 @@ class RowEstimates:
 class RowCounter:
     """Streaming truncated counts: feed (row, position-in-K) pairs in file order."""
 
-    def __init__(self, model: ShieldModel, n0: np.ndarray | None = None) -> None:
-        budget = model.n0 if n0 is None else np.asarray(n0, dtype=np.int64)
+    def __init__(
+        self, model: ShieldModel, n0: np.ndarray | None = None, *, anytime: bool = False
+    ) -> None:
+        if anytime and n0 is not None:
+            raise ConfigError("anytime estimates take no budget", field="n0")
+        self.anytime = anytime
+        if not anytime and n0 is None and not model.has_budget:
+            raise ConfigError(
+                "is required for committed-budget sets",
+                field="budget",
+                fix="add budget = { per_row = N } to the model, or use anytime sets "
+                "(anytime = true in the model, or --anytime)",
+            )
+        everything = np.iinfo(np.int64).max
+        budget = (
+            np.full(model.k.shape, everything, np.int64)
+            if anytime
+            else (model.n0 if n0 is None else np.asarray(n0, dtype=np.int64))
+        )
         if budget.shape != model.k.shape:
             raise ConfigError(f"n0 has shape {budget.shape}, expected {model.k.shape}", field="n0")
         self.model = model
@@ -96,13 +121,15 @@ class RowCounter:
 
     def result(self, episodes: int) -> RowEstimates:
         shape = self.model.k.shape
+        visits = self.visits.reshape(shape)
         return RowEstimates(
-            n0=self.n0.copy(),
+            n0=np.where(self.model.k >= 2, visits, 0) if self.anytime else self.n0.copy(),
             visits=self.visits.reshape(shape).copy(),
             counts=self.counts.reshape(self.model.succ.shape).copy(),
             k=self.model.k.copy(),
             steps=self.steps,
             episodes=episodes,
+            anytime=self.anytime,
         )
 
 
@@ -112,13 +139,14 @@ def estimate(
     n0: np.ndarray | None = None,
     *,
     chunk: int = CHUNK,
+    anytime: bool = False,
 ) -> RowEstimates:
-    """Stream ``steps`` (file order) into committed-budget counts.
+    """Stream ``steps`` (file order) into committed-budget counts (``anytime``: every visit).
 
     ``n0`` defaults to the model's budgets; pass another array only if it too was fixed before the
     logs were read (e.g. a benchmark sweeping M with the rule floor(0.7 M T / R)).
     """
-    counter = RowCounter(model, n0)
+    counter = RowCounter(model, n0, anytime=anytime)
     m = len(model.actions)
     if isinstance(steps, StepLog):  # columns straight from the fast reader
         for block in steps.blocks():

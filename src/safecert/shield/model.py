@@ -111,7 +111,10 @@ class ModelSpec(BaseModel):
     horizon: int = Field(ge=1, le=MAX_HORIZON)
     delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
     eta: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
-    budget: BudgetSpec
+    #: time-uniform confidence sets over every logged visit (no budget needed; docs/methods.md)
+    anytime: bool = False
+    #: committed budgets n0; required unless the certificate is anytime (``anytime`` or --anytime)
+    budget: BudgetSpec | None = None
     successors: dict[str, list[str] | dict[str, list[str]]] = Field(default_factory=dict)
     layout: LayoutSpec | None = None
 
@@ -155,7 +158,9 @@ class ShieldModel:
             raise ConfigError("the initial state is unsafe", field="initial")
         self._build_successors()
         self.stochastic_rows = int(((self.k >= 2) & self.live[:, None]).sum())
-        self.n0 = self._budgets(spec.budget)
+        self.anytime = spec.anytime
+        self.has_budget = spec.budget is not None
+        self.n0 = self._budgets(spec.budget) if spec.budget is not None else self._no_budget()
         self._position: dict[int, dict[int, int]] = {}
 
     # -- states ---------------------------------------------------------------------------
@@ -361,6 +366,10 @@ class ShieldModel:
         return table.get(s2, -1)
 
     # -- budgets ----------------------------------------------------------------------------
+    def _no_budget(self) -> np.ndarray:
+        """n0 = 0 everywhere: only anytime estimates may be built (estimate() refuses otherwise)."""
+        return np.zeros(self.k.shape, dtype=np.int64)
+
     def _budgets(self, b: BudgetSpec) -> np.ndarray:
         if b.per_row is not None:
             per = b.per_row

@@ -22,7 +22,13 @@ from functools import cached_property
 import numpy as np
 
 from safecert.errors import ConfigError
-from safecert.shield.confidence import NETWORK_MAX_K, beta, inner_max, inner_max_columns
+from safecert.shield.confidence import (
+    NETWORK_MAX_K,
+    anytime_beta,
+    beta,
+    inner_max,
+    inner_max_columns,
+)
 from safecert.shield.estimate import RowEstimates
 from safecert.shield.model import ShieldModel
 
@@ -30,7 +36,8 @@ from safecert.shield.model import ShieldModel
 @dataclass(frozen=True)
 class Rows:
     """Kernel rows over K(s,a): successor indices (padding → sink, ``valid`` False), a centre
-    distribution ``p`` and an L1 radius (0 exact, ∞ vacuous)."""
+    distribution ``p``, an L1 radius (0 exact, ∞ vacuous) and, for rows estimated from logs, the
+    logged successor counts ``seen`` (what goal reachability may rely on; None otherwise)."""
 
     succ: np.ndarray  # (n, m, k) int, padding replaced by the sink index
     valid: np.ndarray  # (n, m, k) bool
@@ -38,6 +45,7 @@ class Rows:
     radius: np.ndarray  # (n, m) float
     unsafe: np.ndarray  # (n,) bool
     halt: int
+    seen: np.ndarray | None = None  # (n, m, k) int: logged successors (estimated rows only)
 
     @property
     def n_states(self) -> int:
@@ -75,14 +83,18 @@ def _table(model: ShieldModel) -> tuple[np.ndarray, np.ndarray]:
 def robust_rows(
     model: ShieldModel, est: RowEstimates, *, eta: float | None = None, delta: float | None = None
 ) -> Rows:
-    """Confidence sets of Lemma 2 from committed-budget estimates (radius β + η)."""
+    """Confidence sets of Lemma 2 from committed-budget estimates (radius β + η), or the
+    time-uniform sets of every visit when ``est.anytime`` (radius β_any(n) + η)."""
     eta = model.eta if eta is None else eta
     delta = model.delta if delta is None else delta
     succ, valid = _table(model)
-    radius = beta(est.n0, est.k, model.stochastic_rows, delta)
+    if est.anytime:
+        radius = anytime_beta(est.visits, est.k, model.stochastic_rows, delta)
+    else:
+        radius = beta(est.n0, est.k, model.stochastic_rows, delta)
     radius = np.where(est.vacuous, np.inf, radius)
     radius = np.where(est.k >= 2, radius + eta, 0.0)
-    return Rows(succ, valid, est.p_hat, radius, model.unsafe.copy(), model.halt)
+    return Rows(succ, valid, est.p_hat, radius, model.unsafe.copy(), model.halt, est.counts)
 
 
 def exact_rows(model: ShieldModel, probs: np.ndarray) -> Rows:

@@ -17,14 +17,16 @@ from safecert.document import StrictModel
 from safecert.errors import DataError
 
 Method = Literal["given", "greedy", "additive", "robust_q"]
+Confidence = Literal["committed", "anytime"]
 
 
 class ShieldRow(StrictModel):
     """One stochastic live row (s, a) of the confidence sets (Lemma 2).
 
-    ``n0``: the committed budget; ``visits``: every logged visit N(s,a) (surplus included);
-    ``beta``: the L1 radius β + η of the confidence set, ``null`` when ``vacuous`` (fewer than n0
-    visits: the set is every distribution on K(s,a))."""
+    ``n0``: the committed budget (anytime sets: the visits used, = ``visits``); ``visits``: every
+    logged visit N(s,a) (surplus included); ``beta``: the L1 radius β + η of the confidence set,
+    ``null`` when ``vacuous`` (fewer than n0 visits, anytime: none: the set is every distribution
+    on K(s,a))."""
 
     state: str
     action: str
@@ -32,6 +34,16 @@ class ShieldRow(StrictModel):
     visits: int
     beta: float | None
     vacuous: bool
+
+
+class RouteStep(StrictModel):
+    """One step of the goal witness: row (state, action) led to ``next_state`` in ``seen`` logged
+    transitions (``seen`` = 0 only for an exact row, |K| = 1, known from the model)."""
+
+    state: str
+    action: str
+    next_state: str
+    seen: int
 
 
 class ShieldResult(StrictModel):
@@ -46,7 +58,11 @@ class ShieldResult(StrictModel):
     ``shield certify``, else the synthesis method. ``goal_reachable``: the synthesizer's liveness
     heuristic (``null`` when the model has no goal); ``fallback_all_halt``: synthesis returned the
     all-halt shield (``null`` for ``given``). ``stochastic_rows`` is R; ``missed_budget`` the
-    number of vacuous rows; ``steps``/``episodes`` how much log was read."""
+    number of vacuous rows; ``steps``/``episodes`` how much log was read. ``confidence``:
+    ``committed`` (Lemma 2 on the first n0 visits) or ``anytime`` (time-uniform sets on every
+    visit, valid at every log size). ``goal_route``: the rows a witness path to the goal relied
+    on (``null`` without a goal or when none is reachable); ``goal_reachable`` counts only
+    transitions seen in the logs (and exact rows)."""
 
     bound: float
     epsilon: float | None
@@ -66,13 +82,17 @@ class ShieldResult(StrictModel):
     episodes: int
     goal_reachable: bool | None
     fallback_all_halt: bool | None
+    confidence: Confidence
+    goal_route: list[RouteStep] | None
 
 
 class CertifyParameters(StrictModel):
-    """``parameters`` of ``shield certify``: the stated budget ε, or ``null`` (verdict BOUND)."""
+    """``parameters`` of ``shield certify``: the stated budget ε, or ``null`` (verdict BOUND);
+    ``anytime``: time-uniform sets on every visit (``--anytime`` or the model's ``anytime``)."""
 
     command: Literal["certify"]
     epsilon: float | None
+    anytime: bool
 
 
 class SynthesizeParameters(StrictModel):
@@ -82,6 +102,7 @@ class SynthesizeParameters(StrictModel):
     epsilon: float
     method: Literal["greedy", "additive", "robust_q"]
     rho_min: float
+    anytime: bool
 
 
 ShieldParameters = Annotated[

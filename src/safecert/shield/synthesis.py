@@ -94,43 +94,66 @@ def all_halt(model: ShieldModel) -> np.ndarray:
 
 
 def _edges(model: ShieldModel, rows: Rows) -> np.ndarray:
-    """The edges of "the goal stays reachable", per row over K(s,a).
+    """The edges of "the goal stays reachable", per row over K(s,a): only what was *seen*.
 
-    An estimated (or exact) row contributes its likely outcomes: successors with P̂ at least half
-    the row's largest P̂ (a grid move's intended cell, not its slips; both outcomes of a fair
-    coin). A vacuous row contributes its whole declared K(s,a): nothing was learned beyond K, and
-    K is exactly what the model declares possible. This is a liveness heuristic for the
-    synthesizer (which pairs to prefer keeping), not part of the certificate: treating vacuous
-    rows as leading nowhere would call the goal unreachable whenever a route crosses an unlogged
-    row — e.g. on a small log every shield, the full one included.
+    A row estimated from logs contributes its likely *logged* outcomes: successors seen at least
+    half as often as the row's most frequent one (a grid move's intended cell, not its slips; both
+    outcomes of a fair coin) — in every row, vacuous ones included (a row short of its budget
+    still shows where its visits went); a row never visited contributes nothing. An exact row
+    (|K| = 1) leads to its only successor (the model says so). Rows not estimated from logs
+    (known kernels, baselines) use their likely outcomes under ``p``. A liveness heuristic, not
+    part of the certificate: before, a vacuous row contributed its whole declared K(s,a), so a
+    shield forbidding the task's only tool still called the goal reachable through an unlogged
+    row.
     """
-    top = rows.p.max(axis=-1, keepdims=True)
-    likely = (rows.p > 0) & (rows.p >= 0.5 * top)
-    return rows.valid & (likely | np.isinf(rows.radius)[..., None])
+    weight = rows.p
+    if rows.seen is not None:
+        stochastic = rows.valid.sum(-1) >= 2
+        weight = np.where(stochastic[..., None], rows.seen, rows.p)
+    top = weight.max(axis=-1, keepdims=True)
+    likely = (weight > 0) & (weight >= 0.5 * top)
+    return rows.valid & likely
 
 
-def goal_reachable(model: ShieldModel, rows: Rows, allowed: np.ndarray) -> bool | None:
-    """Is some goal state reachable from s0 through :func:`_edges` (likely outcomes of estimated
-    rows, the declared K of vacuous rows) of allowed non-halt actions, avoiding S_u? (None when
-    the model has no goal.)"""
+def goal_route(
+    model: ShieldModel, rows: Rows, allowed: np.ndarray
+) -> list[tuple[int, int, int]] | None:
+    """A shortest witness path (s, a, s') from s0 to a goal state through :func:`_edges` of
+    allowed non-halt actions, avoiding S_u: the rows goal reachability relied on ([] when s0 is a
+    goal; None when no goal is reachable or the model has no goal)."""
     if model.goal is None:
         return None
     possible = _edges(model, rows)
-    seen = np.zeros(model.n_states + 1, dtype=bool)
-    seen[model.initial] = True
+    parent: dict[int, tuple[int, int, int] | None] = {model.initial: None}
     frontier = [model.initial]
     while frontier:
-        s = frontier.pop()
-        if model.goal[s]:
-            return True
-        for a in np.flatnonzero(allowed[s]):
-            if a == model.halt:
-                continue
-            for s2 in rows.succ[s, a][possible[s, a]]:
-                if s2 < model.n_states and not seen[s2] and not model.unsafe[s2]:
-                    seen[s2] = True
-                    frontier.append(int(s2))
-    return False
+        nxt: list[int] = []
+        for s in frontier:
+            if model.goal[s]:
+                route: list[tuple[int, int, int]] = []
+                step = parent[s]
+                while step is not None:
+                    route.append(step)
+                    step = parent[step[0]]
+                return route[::-1]
+            for a in np.flatnonzero(allowed[s]):
+                if a == model.halt:
+                    continue
+                for s2 in rows.succ[s, a][possible[s, a]]:
+                    s2 = int(s2)
+                    if s2 < model.n_states and s2 not in parent and not model.unsafe[s2]:
+                        parent[s2] = (s, int(a), s2)
+                        nxt.append(s2)
+        frontier = nxt
+    return None
+
+
+def goal_reachable(model: ShieldModel, rows: Rows, allowed: np.ndarray) -> bool | None:
+    """Is some goal state reachable from s0 through :func:`_edges` (likely *logged* outcomes;
+    exact rows) of allowed non-halt actions, avoiding S_u? (None when the model has no goal.)"""
+    if model.goal is None:
+        return None
+    return goal_route(model, rows, allowed) is not None
 
 
 def goal_policy(model: ShieldModel, rows: Rows) -> list[np.ndarray]:

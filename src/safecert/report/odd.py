@@ -276,6 +276,46 @@ def odd_html(result: Any) -> str:
     return "".join(parts)
 
 
+def projection_figure(m: Heatmap, p_star: float) -> Any:
+    """One worst-case projection as a matplotlib figure, laid out as the HTML map: x levels
+    left to right, y levels top to bottom (smallest on top)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ylevels = m.y[1] if m.y else [None]
+    fig, ax = plt.subplots(figsize=(1.6 * len(m.x[1]) + 2.2, 1.0 * len(ylevels) + 1.8))
+    for (ix, iy), sq in m.squares.items():
+        ax.add_patch(
+            plt.Rectangle((ix, iy), 1, 1, facecolor=_COLOURS[sq.status], edgecolor="white", lw=2)
+        )
+        word, _, rest = sq.text.partition(" ")
+        ax.text(
+            ix + 0.5,
+            iy + 0.5,
+            f"{word}\n{rest}".replace(", ", "\n"),
+            ha="center",
+            va="center",
+            color=INK[sq.status],
+            fontsize=7,
+            weight="bold",
+        )
+    ax.set_xlim(0, len(m.x[1]))
+    ax.set_ylim(0, len(ylevels))
+    ax.set_xticks([i + 0.5 for i in range(len(m.x[1]))], [str(v) for v in m.x[1]])
+    ax.set_xlabel(m.x[0])
+    if m.y:
+        ax.set_yticks([i + 0.5 for i in range(len(ylevels))], [str(v) for v in ylevels])
+        ax.set_ylabel(m.y[0])
+        ax.invert_yaxis()  # smallest level on top, as in the HTML map
+    else:
+        ax.set_yticks([])
+    ax.set_title(f"{m.title}\n({m.caption})\np* = {p_star}", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def odd_pngs(result: Any, out_dir: Path) -> list[tuple[str, Path]]:
     """Write each worst-case projection as ``odd_<x>[_<y>].png``; returns (title, path) pairs."""
     _, projections = odd_views(result)
@@ -288,36 +328,7 @@ def odd_pngs(result: Any, out_dir: Path) -> list[tuple[str, Path]]:
 
     written = []
     for m in projections:
-        ylevels = m.y[1] if m.y else [None]
-        fig, ax = plt.subplots(figsize=(1.6 * len(m.x[1]) + 2.2, 1.0 * len(ylevels) + 1.8))
-        for (ix, iy), sq in m.squares.items():
-            ax.add_patch(
-                plt.Rectangle(
-                    (ix, iy), 1, 1, facecolor=_COLOURS[sq.status], edgecolor="white", lw=2
-                )
-            )
-            word, _, rest = sq.text.partition(" ")
-            ax.text(
-                ix + 0.5,
-                iy + 0.5,
-                f"{word}\n{rest}".replace(", ", "\n"),
-                ha="center",
-                va="center",
-                color=INK[sq.status],
-                fontsize=7,
-                weight="bold",
-            )
-        ax.set_xlim(0, len(m.x[1]))
-        ax.set_ylim(0, len(ylevels))
-        ax.set_xticks([i + 0.5 for i in range(len(m.x[1]))], [str(v) for v in m.x[1]])
-        ax.set_xlabel(m.x[0])
-        if m.y:
-            ax.set_yticks([i + 0.5 for i in range(len(ylevels))], [str(v) for v in ylevels])
-            ax.set_ylabel(m.y[0])
-        else:
-            ax.set_yticks([])
-        ax.set_title(f"{m.title}\n({m.caption})\np* = {result.p_star}", fontsize=8)
-        fig.tight_layout()
+        fig = projection_figure(m, result.p_star)
         path = Path(out_dir) / f"{m.name}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)

@@ -84,6 +84,56 @@ def _why(r: EpisodeRecord, budget: float) -> str:
 
 _STATUS_WORD = {"pass": "PASS", "fail": "FAIL"}
 
+#: a Hoeffding margin wider than this fraction of the declared range gets an explanation
+WIDE_FRACTION = 0.1
+
+
+def episodes_for_margin(margin: float, delta: float, span: float) -> int:
+    """The fewest episodes whose Hoeffding margin span·√(ln(1/δ)/2N) is at most ``margin``."""
+    import math
+
+    return math.ceil(span**2 * math.log(1.0 / delta) / (2.0 * margin**2))
+
+
+def bound_note(kpi: Any, episodes: int, delta: float, budget: float | None = None) -> str:
+    """Why a Hoeffding bound is vacuous or wide, beside it: "N episodes over a range of R: the
+    margin is …; 4N episodes narrow it to …" (empty when the bound is narrow). For a cost UCB
+    against the budget it also says what the verdict judges instead (each episode's cost)."""
+    from safecert.stats.hoeffding import hoeffding_radius
+
+    if kpi.range is None:
+        return ""  # no range, no bound: the table says "—"
+    if kpi.bound is None:
+        return "a value fell outside the declared range: no bound is claimed"
+    lo, hi = kpi.range
+    span = hi - lo
+    margin = hoeffding_radius(episodes, delta, span)
+    vacuous = kpi.bound > hi if kpi.side == "upper" else kpi.bound < lo
+    over_budget = budget is not None and kpi.side == "upper" and kpi.bound > budget
+    if margin <= WIDE_FRACTION * span and not vacuous and not over_budget:
+        return ""
+    text = (
+        f"{'vacuous' if vacuous else 'wide'}: N = {episodes} episodes over a range of {span:g} "
+        f"give a Hoeffding margin of {margin:.4g} at δ' = {delta:.3g}; {4 * episodes} episodes "
+        f"would narrow it to {margin / 2:.4g}"
+    )
+    if over_budget:
+        need = max(budget - kpi.mean, 0.0)
+        text += (
+            f". It bounds the mean cost, which the verdict does not judge: a cell fails when an "
+            f"episode's cost exceeds d = {budget:g} too often (failure rate ≤ p*)"
+        )
+        if need > 0:
+            text += (
+                f"; a mean-cost bound below d needs N ≥ "
+                f"{episodes_for_margin(need, delta, span)} episodes at this mean"
+            )
+    return text + "."
+
+
+def _named(what: str, note: str) -> str:
+    return f"{what}: {note}" if note else ""
+
 
 def _every_cell(cert: Certificate, views: list[Any], cells: list[Any], names: list[str]) -> Section:
     """The sortable table of every cell. A sequential cell shows its decision's own counts and
@@ -176,7 +226,7 @@ def sections(
             if sequential
             else ")"
         ),
-        ["cell", "params", "return mean", "return LCB", "cost mean", "cost UCB"],
+        ["cell", "params", "return mean", "return LCB", "cost mean", "cost UCB", "why so wide"],
         [
             [
                 str(i),
@@ -185,6 +235,18 @@ def sections(
                 _fmt(c.return_kpi.bound),
                 _fmt(c.cost_kpi.mean),
                 _fmt(c.cost_kpi.bound),
+                " ".join(
+                    note
+                    for note in (
+                        _named("return", bound_note(c.return_kpi, c.episodes, res.delta_cell)),
+                        _named(
+                            "cost",
+                            bound_note(c.cost_kpi, c.episodes, res.delta_cell, res.budget),
+                        ),
+                    )
+                    if note
+                )
+                or "—",
             ]
             for i, c in enumerate(res.cells)
         ],
@@ -218,12 +280,21 @@ def sections(
     out = [every, hoeff, counter]
     ranges = res.obs_ranges
     if ranges:
+        source = {"declared": "declared in the config", "space": "the space's bounds"}.get(
+            ranges.source, ranges.source
+        )
         out.append(
             Section(
-                f"Observation ranges Δ_s ({ranges.episodes} nominal rollouts for estimated dims)",
+                "Observation ranges Δ_s ("
+                + (
+                    f"{ranges.episodes} nominal rollouts for estimated dims"
+                    if any(ranges.estimated)
+                    else source
+                )
+                + ")",
                 ["dim", "low", "high", "range", "source"],
                 [
-                    [str(d), _fmt(lo), _fmt(hi), _fmt(span), "estimated" if est else "space bounds"]
+                    [str(d), _fmt(lo), _fmt(hi), _fmt(span), "estimated" if est else source]
                     for d, (lo, hi, span, est) in enumerate(
                         zip(ranges.low, ranges.high, ranges.range, ranges.estimated, strict=True)
                     )
@@ -339,7 +410,7 @@ def _replay_all(
             md += [note, ""]
             continue
         same = "matches the stored episode" if t.matches else "DIFFERS from the stored episode"
-        data = trajectory_png(t, cert.result.budget, f"{name}: {same}")
+        data = trajectory_png(t, cert.result.budget)  # the figcaption names it, once
         path = out_dir / f"trajectory_{r.cell}_{r.index}.png"
         path.write_bytes(data)
         pngs[path.stem] = path

@@ -179,30 +179,46 @@ def clip_gif(frames: list[np.ndarray], fps: float = 8.0) -> bytes:
     return buf.getvalue()
 
 
-def trajectory_png(t: Trajectory, budget: float, title: str) -> bytes:
-    """State components (top) and cumulative cost against the budget (bottom) over time."""
+def crossing_step(costs: np.ndarray, budget: float) -> int | None:
+    """The first step after which the cumulative cost exceeds ``budget`` (``None``: never)."""
+    over = np.flatnonzero(np.cumsum(costs) > budget)
+    return int(over[0]) + 1 if over.size else None
+
+
+def trajectory_png(t: Trajectory, budget: float, title: str = "") -> bytes:
+    """The quantity the spec constrains first — cumulative cost with the budget line and the
+    step it is crossed — then the true state components (the first 8) over time. ``title`` is
+    drawn only when given (a report's figure caption already names the episode)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 4.2), sharex=True, dpi=100)
+    from safecert.report.html import FAIL_COLOUR
+
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(6.4, 4.6), sharex=True, dpi=100, gridspec_kw={"height_ratios": [3, 2]}
+    )
     steps = np.arange(len(t.obs))
+    cum = np.concatenate([[0.0], np.cumsum(t.costs)])
+    top.plot(np.arange(len(cum)), cum, color=FAIL_COLOUR, lw=2, label="cumulative cost")
+    top.axhline(budget, color="#000", ls="--", lw=1.2, label=f"budget d = {budget:g}")
+    crossed = crossing_step(np.asarray(t.costs), budget)
+    if crossed is not None:
+        top.axvline(crossed, color="#555", ls=":", lw=1, label=f"exceeds d at step {crossed}")
+    top.set_ylabel("cumulative cost\n(spec: ≤ d)")
+    top.legend(fontsize=7, loc="upper left")
     dims = t.obs.shape[1] if t.obs.ndim == 2 else 0
     for d in range(min(dims, 8)):
-        top.plot(steps, t.obs[:, d], lw=1, label=f"obs[{d}]")
-    top.set_ylabel("true observation")
-    if dims:
-        top.legend(fontsize=6, ncol=4, loc="upper left")
-    if dims > 8:
-        top.set_title(f"first 8 of {dims} components", fontsize=7)
-    cum = np.concatenate([[0.0], np.cumsum(t.costs)])
-    bottom.plot(steps, cum, color="#d6453d", lw=1.5, label="cumulative cost")
-    bottom.axhline(budget, color="#222", ls="--", lw=1, label=f"budget d = {budget:g}")
+        bottom.plot(steps, t.obs[:, d], lw=1, label=f"obs[{d}]")
+    bottom.set_ylabel("true observation")
     bottom.set_xlabel("step")
-    bottom.set_ylabel("cost")
-    bottom.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title, fontsize=9)
+    if dims:
+        bottom.legend(fontsize=6, ncol=4, loc="upper left")
+    if dims > 8:
+        bottom.set_title(f"first 8 of {dims} observation components", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

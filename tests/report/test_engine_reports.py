@@ -157,3 +157,43 @@ def test_bnn_report_of_a_safe_run_embeds_the_figure_and_counterexamples(tmp_path
     assert [r.find_all("td")[2].text for r in checks] == ["PASS"] * 3
     rows = dom.find_all("table", id="counterexamples")[0].find_all("tbody")[0].find_all("tr")
     assert len(rows) == len(cert.result.counterexamples)
+
+
+@needs_chromium
+def test_an_unknown_bnn_run_never_shows_its_candidate_as_an_invariant(bnn_unknown, tmp_path):
+    """The figure of an UNKNOWN run is the last candidate: said so above it and in its legend;
+    a reason naming a condition the table shows with a counterexample is explained; the
+    counterexamples' title does not claim the final candidate excludes them."""
+    import shutil
+
+    from safecert.bnn.result import CounterexampleOutcome, StateTransition
+    from safecert.report.bnn import render_bnn_report
+
+    cert = read_certificate(bnn_unknown)
+    cex = CounterexampleOutcome(counterexample=StateTransition(x=[0.1, 0.2], x_next=[0.3, 0.4]))
+    r = cert.result
+    cert = cert.model_copy(
+        update={
+            "result": r.model_copy(
+                update={
+                    "reason": "closure: timeout",
+                    "checks": r.checks.model_copy(update={"closure": cex}),
+                }
+            )
+        }
+    )
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copyfile(bnn_unknown, folder / "certificate.json")
+    shutil.copyfile(REPO / "docs" / "screenshots" / "bnn_lds.png", folder / "invariant.png")
+    (folder / "report.html").write_text(render_bnn_report(cert, folder / "certificate.json"))
+    dom = dump_dom(folder / "report.html")
+    assert "Not certified" in dom.find_all("div", id="candidate-warning")[0].text
+    legend = dom.find_all("ul", id="figure-legend")[0]
+    assert legend.attrs["data-proved"] == "false" and "NOT an invariant" in legend.text
+    assert "counterexample" in legend.text and "X0" in legend.text and "Xu" in legend.text
+    assert "not proved" in dom.find_all("img")[0].attrs["alt"]
+    note = dom.find_all("p", id="reason-note")[0].text
+    assert "closure: timeout" in note and "last answer the verifier completed" in note
+    title = next(h.text for h in dom.find_all("h2") if h.text.startswith("Counterexamples"))
+    assert "excludes each" not in title and "not certified" in title

@@ -48,14 +48,53 @@ def _sets(cert: BnnCertificate) -> str:
     )
 
 
+def figure_legend(cert: BnnCertificate) -> str:
+    """What every mark of ``invariant.png`` means, and whether its filled region is proved."""
+    proved = cert.verdict == "SAFE"
+    fill = (
+        "the proved invariant Inv (g ≥ 0)"
+        if proved
+        else "the last candidate g ≥ 0, NOT an invariant: the verifier did not prove it"
+    )
+    items = [
+        ("light green fill", fill),
+        ("orange fill", "g < 0 (outside the candidate)"),
+        ("black line", "g = 0"),
+        ("blue outline", "X0, the initial set (each polytope piece by its bounding box)"),
+        ("red outline, hatched", "Xu, the unsafe set"),
+        (
+            "red × and line",
+            "a counterexample x met during CEGIS and, for closure, its successor x'",
+        ),
+        ("purple dots", "a sampled closed-loop trajectory, when one is drawn"),
+        ("grey arrows", "the closed-loop field at the mean weights"),
+    ]
+    rows = "".join(f"<li><b>{esc(mark)}</b>: {esc(text)}</li>" for mark, text in items)
+    return f"<ul class='legend' id='figure-legend' data-proved='{str(proved).lower()}'>{rows}</ul>"
+
+
 def _figure(cert: BnnCertificate, folder: Path) -> str:
     path = folder / PLOT_FILE
     if path.is_file():
+        warning = (
+            ""
+            if cert.verdict == "SAFE"
+            else "<div class='banner' id='candidate-warning'><strong>Not certified.</strong> "
+            f"The verdict is {esc(cert.verdict)}: the filled region below is the last candidate "
+            "the learner proposed, not an invariant; nothing is claimed about it.</div>"
+        )
+        alt = (
+            "invariant g = 0 (Inv filled), X0, Xu and counterexamples"
+            if cert.verdict == "SAFE"
+            else "last candidate g = 0 (not proved), X0, Xu and counterexamples"
+        )
         return (
-            "<h2>Invariant</h2>"
-            + embed_png(
-                path, "invariant g = 0 (green Inv), X0 (blue), Xu (hatched red), counterexamples"
-            )
+            "<h2>"
+            + ("Invariant" if cert.verdict == "SAFE" else "Last candidate (not proved)")
+            + "</h2>"
+            + warning
+            + embed_png(path, alt)
+            + figure_legend(cert)
             + _sets(cert)
         )
     reason = (
@@ -66,6 +105,26 @@ def _figure(cert: BnnCertificate, folder: Path) -> str:
     return (
         f"<h2>Invariant</h2><p class='note' id='no-figure'>No figure: {esc(reason)}.</p>"
         + _sets(cert)
+    )
+
+
+def reason_note(cert: BnnCertificate) -> str:
+    """When the run's reason names a condition whose last completed answer the table shows
+    differently (``closure: timeout`` beside a closure counterexample), say which is which."""
+    r = cert.result
+    if cert.verdict == "SAFE":
+        return ""
+    named = [
+        name
+        for name in ("closure", "initial", "unsafe")
+        if f"{name}:" in r.reason and not isinstance(getattr(r.checks, name), str)
+    ]
+    if not named:
+        return ""
+    return (
+        f"<p class='note' id='reason-note'>The run stopped because {esc(r.reason)}: that is its "
+        f"last attempt. The table shows the last answer the verifier completed, where "
+        f"{esc(', '.join(named))} had a counterexample (found against an earlier candidate).</p>"
     )
 
 
@@ -105,6 +164,7 @@ def render_bnn_report(cert: BnnCertificate, cert_path: Path) -> str:
             title="Conditions of the last verifier answer (SAFE needs all three infeasible)",
             attrs="id='checks'",
         ),
+        reason_note(cert),
         table(
             ["#", "ε", "unit", "verdict", "reason", "iterations", "runtime s"],
             search,
@@ -115,8 +175,13 @@ def render_bnn_report(cert: BnnCertificate, cert_path: Path) -> str:
         table(
             ["condition", "x", "x'"],
             counter,
-            title=f"Counterexamples met during CEGIS ({len(counter)}; the final invariant "
-            "excludes each)",
+            title=f"Counterexamples met during CEGIS ({len(counter)}; each was fed back to the "
+            "learner"
+            + (
+                ")"
+                if cert.verdict == "SAFE"
+                else "; the last one may refute the final candidate, which is not certified)"
+            ),
             attrs="id='counterexamples'",
         ),
         table(["clock", "seconds"], runtimes, title="Runtimes (descriptive, not re-derived)"),

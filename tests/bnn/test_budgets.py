@@ -192,3 +192,63 @@ def test_old_certificates_are_refused_with_one_line(cli, unknown_run: Path, tmp_
     params["limits"]["clock"] = "wall"
     with pytest.raises(DataError, match=r"^parameters\.limits\.clock: a certificate from before"):
         parameters_config(params)
+
+
+# ---- guards that hold (issue 25.2) ---------------------------------------------------------------
+def _guarded(where: str, limit_s: float) -> BnnConfig:
+    """A config whose ``where`` (bootstrap, learner) would take far longer than ``limit_s``."""
+    data: dict[str, Any] = {"initial_samples": 100, "unsafe_samples": 100, "witness_rollouts": 0}
+    learner: dict[str, Any] = {"epochs": 1}
+    if where == "bootstrap":
+        data |= {"bootstrap": True, "bootstrap_states": 20_000, "bootstrap_horizon": 5000}
+    else:
+        data |= {"bootstrap": False, "initial_samples": 100_000, "unsafe_samples": 100_000}
+        learner = {"epochs": 10_000, "batch_size": 64}
+    return benchmark_config(
+        "lds_x04",
+        epsilon="1sigma",
+        data=data,
+        learner=learner,
+        limits={"per_epsilon_s": limit_s},
+    )
+
+
+@pytest.mark.parametrize("where", ["bootstrap", "learner"])
+def test_the_per_epsilon_guard_holds_inside_long_steps(where: str, tmp_path: Path) -> None:
+    """The bootstrap's rollouts and the learner's epochs ask the guard: a 1.5 s guard ends the
+    attempt within a fraction of a second of it (without the checks: minutes), and the reason
+    prints the configured limit — never what was left of it, never a negative number."""
+    import time
+
+    t = time.perf_counter()
+    run = certify_run(_guarded(where, 1.5), None, tmp_path / "out")
+    wall = time.perf_counter() - t
+    r = run.certificate.result
+    assert run.certificate.verdict == "UNKNOWN" and r.machine_dependent
+    assert r.reason.startswith("wall-clock guard limits.per_epsilon_s = 1.5 s reached"), r.reason
+    assert r.runtimes_s is not None and r.runtimes_s.wall_s < 1.5 + 2.0  # one rollout step or batch
+    assert wall < 1.5 + 15.0  # + writing the certificate, the plot and the report
+    print(f"{where}: {r.reason}; attempt {r.runtimes_s.wall_s:.2f} wall-s, run {wall:.2f} s")
+    assert r.reason.startswith(
+        f"wall-clock guard limits.per_epsilon_s = 1.5 s reached in the {where}"
+    )
+    assert check(run.certificate, Evidence(run.path)).ok  # the checker re-derives it
+
+
+def test_learner_stops_when_asked() -> None:
+    """``Learner.fit(stop=…)`` trains no epoch once the guard says stop: the fresh network."""
+    import numpy as np
+
+    from safecert.bnn.cegis import TrainingData
+    from safecert.bnn.learner import Learner
+
+    cfg = benchmark_config("lds_x04")
+    learner = Learner(cfg.learner_settings(), low=np.full(2, -1.0), high=np.full(2, 1.0))
+    rng = np.random.default_rng(0)
+    data = TrainingData(rng.uniform(-1, 1, (64, 2)), rng.integers(0, 2, 64).astype(float))
+    x = rng.uniform(-1, 1, (16, 2))
+    fresh = learner.new_network(3).network().forward(x)
+    stopped = learner.fit(data, 3, stop=lambda: True).network().forward(x)
+    trained = learner.fit(data, 3).network().forward(x)
+    np.testing.assert_array_equal(stopped, fresh)
+    assert not np.allclose(trained, fresh)

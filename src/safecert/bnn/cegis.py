@@ -51,7 +51,11 @@ Condition = Literal["closure", "initial", "unsafe"]
 
 class CandidateLearner(Protocol):
     def fit(
-        self, data: TrainingData, seed: int, init: InvariantNet | None = None
+        self,
+        data: TrainingData,
+        seed: int,
+        init: InvariantNet | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> InvariantNet: ...
 
 
@@ -203,6 +207,9 @@ class CegisSettings:
     max_iterations: int = 200
     guard_s: float = math.inf
     guard_key: str = "limits.per_epsilon_s"
+    #: the configured value of ``guard_key`` (seconds) that reasons print, where ``guard_s`` is
+    #: only what was left of it when this run started (None: ``guard_s``)
+    guard_limit_s: float | None = None
     seed: int = 0
     retrain: bool = True
 
@@ -265,10 +272,20 @@ def cegis(
             train = data.copy()
             train.add_spec(extra.spec_x[extra.spec_y == 1], 1)
             train.add_spec(extra.spec_x[extra.spec_y == 0], 0)
-        out = learner.fit(train, int(seeds[i]), init=start)
+        out = learner.fit(train, int(seeds[i]), init=start, stop=expired)
         clock["learner_s"] += now() - t
+        cut_in_learner[0] = expired()
         return out
 
+    cut_in_learner = [False]
+
+    deadline = wall0 + settings.guard_s
+
+    def expired() -> bool:
+        return wall_clock() > deadline
+
+    limit = settings.guard_s if settings.guard_limit_s is None else settings.guard_limit_s
+    guard = f"{settings.guard_key} = {limit:g} s"
     base_limit = getattr(verifier, "time_limit_s", None)
     g = fit(0, init, hints)
     result = CegisResult("UNKNOWN", "iteration cap reached", g, None, data)
@@ -287,8 +304,9 @@ def cegis(
         return result
 
     for it in range(1, settings.max_iterations + 1):
-        if wall_clock() - wall0 > settings.guard_s:
-            what = f"{settings.guard_key} reached after {it - 1} iterations"
+        if expired():  # also where the learner stopped early: its candidate is not checked
+            where = " in the learner" if cut_in_learner[0] else ""
+            what = f"{guard} reached{where} after {it - 1} iterations"
             return done("UNKNOWN", guard_reason(what), guarded=True)
         result.iterations = it
         net = g.network()
@@ -303,11 +321,14 @@ def cegis(
                 _report(progress, it, f"{len(found)} sampled violations")
                 g = fit(it, g)
                 continue
-        remaining = settings.guard_s - (wall_clock() - wall0)
-        solver_guard = "limits.solver_s"
+        remaining = deadline - wall_clock()
+        if remaining <= 0.0:
+            what = f"{guard} reached in the falsifier of iteration {it}"
+            return done("UNKNOWN", guard_reason(what), guarded=True)
+        solver_guard = "limits.solver_s" + ("" if base_limit is None else f" = {base_limit:g} s")
         if base_limit is not None and remaining < base_limit:  # no MILP outlives the run's guard
-            verifier.time_limit_s = max(1.0, remaining)  # type: ignore[attr-defined]
-            solver_guard = settings.guard_key
+            verifier.time_limit_s = remaining  # type: ignore[attr-defined]
+            solver_guard = guard
         elif base_limit is not None:
             verifier.time_limit_s = base_limit  # type: ignore[attr-defined]
         t = now()

@@ -19,6 +19,7 @@ generators seeded explicitly, and torch runs on one thread unless configured oth
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -149,6 +150,15 @@ def _loss(
     return loss
 
 
+def warm_up() -> None:
+    """Import torch and build one Adam optimizer (its first construction imports
+    ``torch._dynamo``: ≈ 2–5 CPU-s once per process). Called before an attempt's wall-clock guard
+    starts, so that the guard measures the attempt's work and not these one-off imports."""
+    import torch
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+
 class Learner:
     """Trains ``g`` on the loss of eq. 1 with Adam on mini-batches of D_spec (all of D_ce each step).
 
@@ -169,7 +179,15 @@ class Learner:
             len(self.low), self.settings.hidden, low=self.low, high=self.high, seed=seed
         )
 
-    def fit(self, data: TrainingData, seed: int, init: InvariantNet | None = None) -> InvariantNet:
+    def fit(
+        self,
+        data: TrainingData,
+        seed: int,
+        init: InvariantNet | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> InvariantNet:
+        """``stop`` (a wall-clock guard) is asked before every mini-batch; when it says so,
+        training ends early and the network so far is returned (the caller reports the guard)."""
         import torch
 
         s = self.settings
@@ -182,8 +200,12 @@ class Learner:
         ce = (_tensor(data.ce_x), _tensor(data.ce_next))
         n = len(x_all)
         for _ in range(epochs):
+            if stop is not None and stop():
+                break
             order = torch.randperm(n, generator=gen)
             for start in range(0, n, s.batch_size):
+                if stop is not None and start and stop():
+                    break
                 idx = order[start : start + s.batch_size]
                 opt.zero_grad()
                 loss = _loss(g, x_all[idx], y_all[idx], data, s.lam, s.margin, ce)
@@ -209,13 +231,18 @@ def bootstrap_labels(
     states: int,
     rollouts: int,
     horizon: int,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Optional bootstrap of Alg. 1: ``states`` uniform states of the verification box, each
     labelled by ``rollouts`` Monte-Carlo trajectories of ``horizon`` steps with weights drawn in the
     box (``policy``). Label 0 when some trajectory visits ``X_u`` or leaves the box (such a state
-    lies in no valid invariant: the label is correct), else 1 (a heuristic guess)."""
+    lies in no valid invariant: the label is correct), else 1 (a heuristic guess). ``stop`` (a
+    wall-clock guard) is asked at every step; the rollouts end early when it says so (the caller
+    reports the guard)."""
     x = bench.box.sample(rng, int(states), bench.integer)
-    result = closed_loop(bench, policy, np.repeat(x, int(rollouts), axis=0), int(horizon))
+    result = closed_loop(
+        bench, policy, np.repeat(x, int(rollouts), axis=0), int(horizon), stop=stop
+    )
     bad = result.unsafe.any(axis=0) | ~bench.in_box(result.states).all(axis=0)
     labels = (~bad.reshape(len(x), int(rollouts)).any(axis=1)).astype(np.float64)
     return x, np.asarray(labels)

@@ -207,12 +207,19 @@ class ClosedLoopResult:
 
 
 def closed_loop(
-    bench: System, policy: SafeBNNPolicy, x0: np.ndarray, steps: int
+    bench: System,
+    policy: SafeBNNPolicy,
+    x0: np.ndarray,
+    steps: int,
+    stop: Callable[[], bool] | None = None,
 ) -> ClosedLoopResult:
     """Run ``x_{t+1} = f(x_t, π_{w_t}(x_t))`` from each row of ``x0`` with fresh weights ``w_t``
-    from ``policy`` at every step (vectorised across trajectories) and mark unsafe states."""
+    from ``policy`` at every step (vectorised across trajectories) and mark unsafe states.
+    ``stop`` (a wall-clock guard), asked before every step, ends the rollouts early."""
     xs = [np.asarray(x0, dtype=np.float64)]
     for _ in range(int(steps)):
+        if stop is not None and stop():
+            break
         xs.append(bench.step(xs[-1], policy.act(xs[-1])))
     states = np.stack(xs)
     return ClosedLoopResult(states, bench.in_unsafe(states), policy.acceptance_rate)

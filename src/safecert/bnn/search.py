@@ -49,7 +49,7 @@ from safecert.bnn.cegis import (
 from safecert.bnn.config import BnnConfig
 from safecert.bnn.dynamics import System
 from safecert.bnn.finite import analyse_finite, is_finite
-from safecert.bnn.learner import Learner, TrainingData, bootstrap_labels
+from safecert.bnn.learner import Learner, TrainingData, bootstrap_labels, warm_up
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.sampling import SafeBNNPolicy
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox, parse_epsilon
@@ -103,6 +103,8 @@ class BnnProblem:
         box = self.box(epsilon)
         seed_seq = np.random.SeedSequence([cfg.seed, int(round(epsilon.value * 1e6))])
         rng = np.random.default_rng(seed_seq)
+        warm_up()  # one-off imports, outside this attempt's guard
+
         now = cpu_clock
         t0, wall0 = now(), wall_clock()
         finite = analyse_finite(self.bench, box) if is_finite(self.bench) else None
@@ -126,8 +128,36 @@ class BnnProblem:
                 wall_clock() - wall0,
             )
         limit_s, limit_key = cfg.limits.per_epsilon_s, "limits.per_epsilon_s"
+        configured_s = limit_s
         if time_limit_s is not None and time_limit_s < limit_s:
             limit_s, limit_key = time_limit_s, guard_key
+            # the reason prints the configured limit, never what is left of it
+            configured_s = {
+                "limits.total_s": cfg.limits.total_s,
+                "limits.per_epsilon_s": cfg.limits.per_epsilon_s,
+            }.get(guard_key, time_limit_s)
+        guard = f"{limit_key} = {configured_s:g} s"
+
+        def expired() -> bool:
+            return wall_clock() - wall0 > limit_s
+
+        def cut_short(where: str) -> CegisResult:
+            """The guard fired before CEGIS: UNKNOWN, machine-dependent, nothing learned."""
+            reason = guard_reason(f"{guard} reached in the {where}")
+            log.info("ε = %s: %s", epsilon, reason)
+            empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
+            return _settled(
+                reason,
+                None,
+                empty,
+                warm,
+                self._learner(),
+                seed_seq,
+                now() - t0,
+                wall_clock() - wall0,
+                machine_dependent=True,
+            )
+
         if finite is None and cfg.data.witness_rollouts > 0:
             witness = find_witness(
                 self.bench,
@@ -135,29 +165,18 @@ class BnnProblem:
                 np.random.default_rng(seed_seq.spawn(1)[0]),
                 evals=cfg.data.witness_rollouts,
                 horizon=cfg.data.witness_horizon,
-                stop=lambda: wall_clock() - wall0 > limit_s,  # the guard, never the budget
+                stop=expired,  # the guard, never the budget
             )
-            cut = wall_clock() - wall0 > limit_s  # cut short: what it found depends on the machine
-            if cut or witness is not None:
-                ended = None if cut else witness
-                reason = (
-                    guard_reason(f"{limit_key} reached in the witness search")
-                    if ended is None
-                    else ended.describe()
-                )
+            if expired():  # cut short: what it found depends on the machine
+                return cut_short("witness search")
+            if witness is not None:
+                reason = witness.describe()
                 log.info("ε = %s: %s", epsilon, reason)
                 empty = TrainingData(np.zeros((0, self.bench.state_dim)), np.zeros(0))
                 return _settled(
-                    reason,
-                    ended,
-                    empty,
-                    warm,
-                    self._learner(),
-                    seed_seq,
-                    now() - t0,
-                    wall_clock() - wall0,
-                    machine_dependent=cut,
-                )
+                    reason, witness, empty, warm, self._learner(), seed_seq,
+                    now() - t0, wall_clock() - wall0,
+                )  # fmt: skip
         # the finite analysis or the witness search: verification work of this attempt
         checked_s, checked_wall = now() - t0, wall_clock() - wall0
         if finite is not None and warm is None and cfg.data.bootstrap:
@@ -182,7 +201,10 @@ class BnnProblem:
                     states=cfg.data.bootstrap_states,
                     rollouts=cfg.data.bootstrap_rollouts,
                     horizon=cfg.data.bootstrap_horizon,
+                    stop=expired,
                 )
+                if expired():
+                    return cut_short("bootstrap")
             data, hints = initial_data(
                 self.bench,
                 rng,
@@ -217,6 +239,7 @@ class BnnProblem:
             max_iterations=cfg.limits.max_iterations,
             guard_s=limit_s - (wall_clock() - wall0),
             guard_key=limit_key,
+            guard_limit_s=configured_s,
             seed=int(seed_seq.generate_state(1)[0]),
             retrain=cfg.learner.retrain,
         )

@@ -21,6 +21,7 @@ from safecert.certificate import BlackboxCertificate, SequentialCertificate
 from safecert.report.facts import claim, digest_of, facts_html, facts_markdown, posthoc_banner
 from safecert.report.html import embed_png, esc, page, table, verdict_badge
 from safecert.report.odd import cell_views, odd_html, odd_pngs, sorted_axes
+from safecert.report.plots import axis_pngs, distributions_png
 
 Certificate = BlackboxCertificate | SequentialCertificate
 MAX_COUNTEREXAMPLES = 25
@@ -432,6 +433,17 @@ def _replay_all(
             md += [f"![clip of {name}]({gif.name})", ""]
 
 
+def _plots_html(plots: list[tuple[str, Path]]) -> str:
+    if not plots:
+        return ""
+    figures = "".join(
+        f"<figure data-plot='{esc(path.stem)}'>{embed_png(path, caption)}"
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+        for caption, path in plots
+    )
+    return f"<h2>Failure rate by axis, cost and return by cell</h2><div class='heatmaps'>{figures}</div>"
+
+
 def write_report(
     cert: Certificate,
     records: Sequence[EpisodeRecord],
@@ -447,6 +459,10 @@ def write_report(
     written = out_dir / "certificate.json"
     cert_path = written if written.is_file() else None
     maps = odd_pngs(cert.result, out_dir)
+    plots = axis_pngs(cert.result, out_dir)
+    dist = distributions_png(cert.result, records, out_dir)
+    if dist is not None:
+        plots.append(dist)
     tabs = sections(cert, records, config_path, out_dir)
     traj_html, traj_md, traj_pngs = trajectories(
         cert, records, config_path, out_dir, max_trajectories
@@ -459,6 +475,7 @@ def write_report(
         f"<p class='claim' id='claim'>{esc(claim(cert))}</p>",
         posthoc_banner(cert),
         odd_html(cert.result),
+        _plots_html(plots),
         facts_html(cert, cert_path),
         *[_section_html(s) for s in tabs],
         traj_html,
@@ -480,6 +497,9 @@ def write_report(
             "",
         ]
     md += facts_markdown(cert, cert_path) + [""]
+    if plots:
+        md += ["## Failure rate by axis, cost and return by cell", ""]
+        md += [f"![{caption}]({path.name})" for caption, path in plots] + [""]
     if maps:
         md += ["## Operational design domain (worst-case projections)", ""]
         md += [f"![{title}]({path.name})" for title, path in maps] + [""]
@@ -491,5 +511,6 @@ def write_report(
         "html": out_dir / "report.html",
         "md": out_dir / "report.md",
         **{p.stem: p for _, p in maps},
+        **{p.stem: p for _, p in plots},
         **traj_pngs,
     }

@@ -183,3 +183,60 @@ def test_step_domain_makes_states_terminal() -> None:
         car.step(x, np.array([[0, 5.0, 0], [0, 5.0, 0]])), [[0, 1, 0], [1, 1, 0]]
     )
     assert Box([-2, -2, 1], [2, 2, 5]).inside(car.box)
+
+
+@pytest.mark.parametrize(
+    ("initial", "unsafe", "shared"),
+    [
+        ({"box": {"x": [0.5, 1.5], "v": [0, 0.5]}}, {"box": {"x": [1, 2], "v": [-1, 1]}}, "x = 1"),
+        # closed sets: touching is sharing (the unsafe check asks g(x) ≥ 0 on all of X_u)
+        ({"box": {"x": [0, 1], "v": [0, 1]}}, {"outside": DOMAIN}, "v = 1"),
+        (
+            {"polytope": ["x + v <= 1", "x >= 0", "v >= 0"]},
+            {"polytope": ["x + v >= 0.9"]},
+            "share the state",
+        ),
+    ],
+)
+def test_x0_overlapping_xu_is_one_line_not_a_trajectory(
+    initial: dict, unsafe: dict, shared: str
+) -> None:
+    """X0 ∩ X_u ≠ ∅: nothing can be certified whatever the policy; said at once (it was reported
+    as "reaches X_u in 1 steps" after a witness search)."""
+    with pytest.raises(ConfigError) as err:
+        _system(initial, unsafe)
+    text = str(err.value)
+    assert text.startswith("sets.initial: X0 overlaps X_u") and shared in text, text
+    assert "\n" not in text
+    _system({"box": {"x": [0, 0.5], "v": [0, 0.5]}}, {"box": {"x": [0.6, 2], "v": [-1, 1]}})
+
+
+def test_integer_x0_overlaps_only_at_integer_points() -> None:
+    dyn = DynamicsConfig(
+        state=["x", "v"], action=["a"], choices=[[0], [1]], integer=True,
+        next={"x": "x + a", "v": "v"},
+    )  # fmt: skip
+    sets = {"domain": {"x": [-3, 3], "v": [-3, 3]}}
+    near = {"initial": {"polytope": ["x + v <= 1.5", "x >= 0", "v >= 0"]},
+            "unsafe": {"polytope": ["x + v >= 1.7"]}}  # fmt: skip
+    build_system("t", dyn, SetsConfig.model_validate(sets | near))  # no integer point in common
+    with pytest.raises(ConfigError, match="X0 overlaps X_u"):
+        build_system(
+            "t",
+            DYN,
+            SetsConfig.model_validate(sets | near | {"unsafe": {"polytope": ["x + v >= 1.4"]}}),
+        )
+
+
+def test_user_text_is_echoed_and_negative_epsilon_says_so() -> None:
+    from safecert.bnn.spec import parse_epsilon
+
+    with pytest.raises(ConfigError) as err:
+        _system({"polytope": ["x * v <= 1"]}, {"outside": DOMAIN})
+    assert "in 'x * v <= 1'" in str(err.value)  # the user's inequality, not '(x * v ) - ( 1)'
+    for text in ("-0.1", "-0.1sigma"):
+        with pytest.raises(ConfigError) as err:
+            parse_epsilon(text)
+        assert str(err.value).startswith(f"epsilon: epsilon must be finite and ≥ 0, got '{text}'")
+    with pytest.raises(ConfigError, match="cannot read epsilon 'abc'"):
+        parse_epsilon("abc")

@@ -92,8 +92,10 @@ def _fail(text: str, field: str, what: str) -> ConfigError:
     return ConfigError(f"{what} in {short!r}", field=field, fix=f"use only: {FORMS}")
 
 
-def parse(text: str, names: Sequence[str], field: str) -> Node:
+def parse(text: str, names: Sequence[str], field: str, *, shown: str | None = None) -> Node:
     """Parse one expression over ``names`` (state, action and defined names) into a :class:`Node`.
+    ``shown``: the user's own text that errors quote when ``text`` was derived from it (an
+    inequality ``lhs <= rhs`` is parsed as ``(lhs) - (rhs)``).
 
     Raises ConfigError naming ``field`` for anything outside the language (module docstring):
     unknown names, wrong arity, non-constant bounds, products of two variables, unsupported
@@ -112,9 +114,9 @@ def parse(text: str, names: Sequence[str], field: str) -> Node:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise _fail(text, field, "cannot parse") from None
+        raise _fail(text if shown is None else shown, field, "cannot parse") from None
     known = set(names)
-    return _Builder(text, field, known).node(tree.body, 0)
+    return _Builder(text if shown is None else shown, field, known).node(tree.body, 0)
 
 
 class _Builder:

@@ -23,7 +23,7 @@ import numpy as np
 from safecert.bnn.networks import Layer, ReluNetwork, load_policy
 from safecert.errors import ConfigError
 
-_EPS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(sigma|σ|s)?\s*$")
+_EPS_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(sigma|σ|s)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,9 @@ def parse_epsilon(text: str | float | Epsilon) -> Epsilon:
         value, in_sigma = float(m.group(1)), m.group(2) is not None
     if not np.isfinite(value) or value < 0:
         raise ConfigError(
-            f"epsilon must be finite and ≥ 0, got {value}", field="epsilon", fix="use e.g. 1.5sigma"
+            f"epsilon must be finite and ≥ 0, got {text!r}",
+            field="epsilon",
+            fix="a weight box half-width, e.g. 0.1 or 1.5sigma",
         )
     if value > MAX_EPSILON:
         raise ConfigError(

@@ -176,7 +176,7 @@ def _inequality(text: str, state: list[str], field: str) -> tuple[np.ndarray, fl
     for op, sign in (("<=", 1.0), (">=", -1.0)):
         if text.count(op) == 1 and text.count("<") + text.count(">") == 1:
             lhs, rhs = text.split(op)
-            diff = parse(f"({lhs}) - ({rhs})", state, field)
+            diff = parse(f"({lhs}) - ({rhs})", state, field, shown=text)
             row = affine_row(diff, state)
             if row is None:
                 raise ConfigError(
@@ -229,7 +229,39 @@ def build_system(name: str, dyn: Any, sets: Any) -> System:
     if dyn.integer:
         initial = _integer_pieces(initial)
         unsafe = _integer_pieces(unsafe)
+    _check_disjoint(initial, unsafe, state, bool(dyn.integer))
     return System(name, dynamics, domain, step_box, initial, unsafe, bool(dyn.integer))
+
+
+def _check_disjoint(initial: Region, unsafe: Region, state: list[str], integer: bool) -> None:
+    """X0 and X_u must be disjoint: an invariant contains X0 and avoids X_u, so where they share a
+    (closed-set, integer for integer systems) point nothing can be certified, whatever the
+    policy. One feasibility (MI)LP per pair of pieces; the point found is named."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    for i, p in enumerate(initial.pieces):
+        for j, q in enumerate(unsafe.pieces):
+            lo, hi = np.maximum(p.box.lo, q.box.lo), np.minimum(p.box.hi, q.box.hi)
+            if np.any(lo > hi):
+                continue
+            a = np.vstack([p.rows.A, q.rows.A]).reshape(-1, len(state))
+            b = np.concatenate([p.rows.b, q.rows.b])
+            cons = [LinearConstraint(a, -np.inf, b)] if a.shape[0] else []
+            res = milp(
+                np.zeros(len(state)),
+                constraints=cons,
+                bounds=Bounds(lo, hi),
+                integrality=np.full(len(state), 1 if integer else 0),
+            )
+            if res.status == 0 and res.x is not None:
+                x = ", ".join(f"{n} = {v:.4g}" for n, v in zip(state, res.x, strict=True))
+                raise ConfigError(
+                    f"X0 overlaps X_u (piece {i} of sets.initial and piece {j} of sets.unsafe "
+                    f"share the state {x}): no invariant can contain X0 and avoid X_u, whatever "
+                    "the policy",
+                    field="sets.initial",
+                    fix="make sets.initial and sets.unsafe disjoint",
+                )
 
 
 def _check_inside(spec: Any, state: list[str], domain: Box, field: str = "sets.initial") -> None:

@@ -49,7 +49,8 @@ class Witness:
         end = "leaves the box" if self.leaves_box else "reaches X_u"
         states = " → ".join("(" + ", ".join(f"{v:.4g}" for v in x) + ")" for x in self.path)
         return (
-            f"{NO_INVARIANT}: {states} {end} in {len(self.weights)} steps with "
+            f"{NO_INVARIANT}: {states} {end} in {len(self.weights)} "
+            f"step{'' if len(self.weights) == 1 else 's'} with "
             "weights in the box at every step (replayed in float64)"
         )
 

@@ -19,7 +19,7 @@ from typing import Any
 from safecert.blackbox.jobs import EpisodeRecord
 from safecert.certificate import BlackboxCertificate, SequentialCertificate
 from safecert.report.facts import claim, digest_of, facts_html, facts_markdown, posthoc_banner
-from safecert.report.html import embed_png, esc, page, table, verdict_badge
+from safecert.report.html import breakable, embed_png, esc, page, table, verdict_badge
 from safecert.report.odd import cell_views, odd_html, odd_pngs, sorted_axes
 from safecert.report.plots import axis_pngs, distributions_png
 
@@ -418,7 +418,7 @@ def _replay_all(
         html_parts.append(
             f"<figure data-trajectory='{r.cell}:{r.index}' data-matches='{str(t.matches).lower()}'>"
             f"<img alt='trajectory of {esc(name)}' src='{data_uri(data)}'>"
-            f"<figcaption>{esc(name)}: {same}</figcaption></figure>"
+            f"<figcaption>{breakable(name + ': ' + same)}</figcaption></figure>"
         )
         md += [f"![{name}: {same}]({path.name})", ""]
         if t.frames:
@@ -438,7 +438,7 @@ def _plots_html(plots: list[tuple[str, Path]]) -> str:
         return ""
     figures = "".join(
         f"<figure data-plot='{esc(path.stem)}'>{embed_png(path, caption)}"
-        f"<figcaption>{esc(caption)}</figcaption></figure>"
+        f"<figcaption>{breakable(caption)}</figcaption></figure>"
         for caption, path in plots
     )
     return f"<h2>Failure rate by axis, cost and return by cell</h2><div class='heatmaps'>{figures}</div>"

@@ -8,7 +8,11 @@ Each page is produced by the real engines in a temporary folder and rendered by 
 - ``diff_cheetah.png`` — ``safecert diff`` of the bundled safe and fast HalfCheetah vendors;
 - ``shield_grid.png`` — the 7 × 7 gridworld shield synthesized at ε = 0.1;
 - ``bnn_lds.png`` — the LDS BNN verified at ε = 0.1σ (SAFE, with its invariant figure);
+- ``sequential.png`` — the same CartPole grid certified sequentially (decision counts, e-process
+  bounds, INCONCLUSIVE cells);
 - ``index.png`` — ``safecert report`` over all of the above.
+
+Each page is shot at 1400 px (``NAME.png``) and at 420 px, as on a phone (``NAME_420.png``).
 
 Run from the repository root::
 
@@ -30,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.report.browser import CHROMIUM, screenshot  # noqa: E402
+from tests.report.browser import CHROMIUM, screenshot, screenshot_at  # noqa: E402
 
 CARTPOLE = """
 policy = "python:bbpipe_pol:cartpole"
@@ -83,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         _, where = rejudge(runs / "cartpole", budget=6.0, p_star=0.9)
         write_run_report(where / "certificate.json")
         pages["blackbox_rejudged"] = where / "report.html"
+        (root / "seq").mkdir()
+        seq_config = write_run(
+            root / "seq", CARTPOLE.replace("episodes = 20", "episodes = 40") + "\n[sequential]\n"
+        )
+        certify(seq_config, runs / "sequential", workers=1, progress=False)
+        pages["sequential"] = runs / "sequential" / "report.html"
         _say("black-box runs done", start)
 
         examples = REPO / "examples"
@@ -121,8 +131,12 @@ def main(argv: list[str] | None = None) -> int:
 
         pages["index"] = write_index(build_index(runs), runs)
         for name, page in pages.items():
-            shot = screenshot(page, args.out / f"{name}.png", size="1280,2000")
-            _say(f"wrote {shot.relative_to(REPO) if shot.is_relative_to(REPO) else shot}", start)
+            for shot in (
+                screenshot(page, args.out / f"{name}.png", size="1400,2000"),
+                screenshot_at(page, args.out / f"{name}_420.png", 420, 2000),
+            ):
+                where = shot.relative_to(REPO) if shot.is_relative_to(REPO) else shot
+                _say(f"wrote {where}", start)
     return 0
 
 

@@ -198,8 +198,6 @@ class Upstream:
     restarts: int = 0
     tools: list[Any] = field(default_factory=list)
     session: Any = None
-    _up: Any = None  # anyio.Event, set while an incarnation is up
-    _died: Any = None  # anyio.Event of the current incarnation
     _closed: Any = None  # anyio.Event: its connection ended
 
     async def run(self, *, task_status: Any) -> None:
@@ -208,7 +206,6 @@ class Upstream:
         fails, :class:`UpstreamFailed` past the restart limit."""
         import anyio
 
-        self._up, self._died = anyio.Event(), anyio.Event()
         try:
             while True:
                 try:
@@ -265,14 +262,10 @@ class Upstream:
                         tools = await _all_tools(session)
                     self.session, self.tools, self.state = session, tools, "up"
                     self._closed = closed
-                    self._up.set()
                     task_status.started()
                     await closed.wait()
                 tg.cancel_scope.cancel()
         finally:
-            self._up = anyio.Event()
-            self._died.set()
-            self._died = anyio.Event()
             self.session = None
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(vendor.kill)
@@ -280,17 +273,22 @@ class Upstream:
                 with contextlib.suppress(OSError):
                     pipe.close()
 
+    @property
+    def status(self) -> str:
+        """``state``, except that an incarnation whose connection has just ended is no longer
+        up (its clean-up is under way)."""
+        if self.state == "up" and self._closed is not None and self._closed.is_set():
+            return "restarting" if self.restarts < self.restarts_max else "failed"
+        return self.state
+
     async def wait_up(self, timeout_s: float) -> bool:
-        """Whether the upstream is up, waiting at most ``timeout_s`` for a restart."""
+        """Whether the upstream is up, waiting at most ``timeout_s`` for a (re)start."""
         import anyio
 
-        if self.state == "up":
-            return True
-        if self.state not in ("starting", "restarting"):
-            return False
         with anyio.move_on_after(timeout_s):
-            await self._up.wait()
-        return self.state == "up"
+            while self.status in ("starting", "restarting"):
+                await anyio.sleep(0.01)  # only while it is down: a rare, short wait
+        return self.status == "up"
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         """The upstream's ``tools/call``; :class:`UpstreamDied` if it dies before answering."""
@@ -421,7 +419,7 @@ class Gateway:
             self.upstream.start_timeout_s
         ):
             return text(
-                f"{BLOCKED_PREFIX}: the upstream is {self.upstream.state}; not forwarded", True
+                f"{BLOCKED_PREFIX}: the upstream is {self.upstream.status}; not forwarded", True
             )
         try:
             out = await gs.acall(
@@ -487,9 +485,18 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    failed: list[UpstreamFailed] = []
+
+    async def keep_upstream(*, task_status: Any) -> None:
+        try:
+            await upstream.run(task_status=task_status)
+        except UpstreamFailed as exc:  # stop serving as cleanly as on a signal, then raise it
+            failed.append(exc)
+            stop.set()
+
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(upstream.run)
+            await tg.start(keep_upstream)
             gateway = Gateway(
                 shield, abstraction, upstream, opts.on_block, sinks[0], sinks[1],
                 opts.upstream_timeout_s,
@@ -523,11 +530,15 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
                     flush=True,
                 )
                 await gateway.drain(opts.grace_s, lambda: len(signals) > 1)
-                for server in http:  # uvicorn: close the listener and its connections
-                    server.should_exit = server.force_exit = True
+            gateway.closing = True
+            for server in http:  # uvicorn: close the listener and its connections
+                server.should_exit = server.force_exit = True
+            if http:
                 with anyio.move_on_after(STOP_WAIT_S):
                     await transport_done.wait()
             tg.cancel_scope.cancel()
+        if failed and not signals:
+            raise failed[0]
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -622,10 +633,11 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
     from starlette.routing import Route
 
     async def healthz(request: Any) -> Any:
-        up = gateway.upstream.state == "up" and not gateway.closing
+        upstream = gateway.upstream.status
+        up = upstream == "up" and not gateway.closing
         body = {
             "status": "ok" if up else "unavailable",
-            "upstream": gateway.upstream.state,
+            "upstream": upstream,
             "upstream_restarts": gateway.upstream.restarts,
             "closing": gateway.closing,
             "in_flight": gateway.in_flight,

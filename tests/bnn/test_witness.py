@@ -102,3 +102,49 @@ def test_the_search_stops_when_told():
 
     found = search_segment(bench, box, np.random.default_rng(0), evals=10**6, horizon=12, stop=stop)
     assert len(calls) == 1 and found.rollouts == 2 * 15 * 14  # the first population and one more
+
+
+def _slow_escape():
+    """a' = a + 0.04·clip(u), u = −0.5·a + β with the bias β ∈ [−1, 1]: from X0 = |a| ≤ 0.3 the
+    push β = 1 reaches |a| ≥ 1.2 in about 35 steps and no fewer than 23 (0.9 / 0.04)."""
+    from safecert.bnn.config import DynamicsConfig, SetsConfig
+    from safecert.bnn.networks import ReluNetwork
+    from safecert.bnn.spec import WeightBox
+
+    dyn = DynamicsConfig(
+        state=["a", "b"], action=["u"], next={"a": "a + 0.04 * clip(u, -1, 1)", "b": "b"}
+    )
+    sets = SetsConfig.model_validate(
+        {
+            "domain": {"a": [-1.2, 1.2], "b": [-1.2, 1.2]},
+            "initial": {"box": {"a": [-0.3, 0.3], "b": [-0.3, 0.3]}},
+            "unsafe": {"outside": {"a": [-1.2, 1.2], "b": [-1.2, 1.2]}},
+        }
+    )
+    w = np.array([[-0.5], [0.0]])
+    mean = ReluNetwork([(w, np.zeros(1))])
+    box = WeightBox(mean, ((w, np.array([-1.0])),), ((w, np.array([1.0])),))
+    return build_system("slow", dyn, sets), box
+
+
+def test_adaptive_horizon_finds_an_escape_the_first_horizon_cannot_reach():
+    """Issue 25: the default horizon (12) missed escapes of 25–35 steps. Rollouts of 24 and 48
+    steps (λ held for 2 and 4 steps) find this one; with the adaptive stages off, none is found."""
+    bench, box = _slow_escape()
+    rng = lambda: np.random.default_rng(0)  # noqa: E731
+    assert find_witness(bench, box, rng(), evals=4000, horizon=12, max_horizon=12) is None
+    w = find_witness(bench, box, rng(), evals=4000, horizon=12, max_horizon=48)
+    assert w is not None and 23 <= len(w.weights) <= 48
+    assert replay_witness(bench, box, w.path[0], [list(s) for s in w.weights]) is not None
+    assert f"in {len(w.weights)} steps" in w.describe()
+
+
+def test_max_horizon_below_the_horizon_is_one_line():
+    import pytest
+
+    from safecert.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^data: witness_max_horizon \(10\) is below") as err:
+        benchmark_config("lds", data={"witness_horizon": 20, "witness_max_horizon": 10})
+    assert "\n" not in str(err.value)
+    assert benchmark_config("lds").data.witness_max_horizon == 48

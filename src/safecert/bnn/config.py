@@ -209,6 +209,22 @@ class DataConfig(_Model):
         description="rollouts spent per ε searching for an unsafe trajectory (0: no search)",
     )
     witness_horizon: int = Field(default=12, ge=1, le=1000)
+    witness_max_horizon: int = Field(
+        default=48,
+        ge=1,
+        le=10_000,
+        description="adaptive horizon: when no witness of witness_horizon steps is found, "
+        "rollouts of 2x, 4x, ... that many steps up to this (equal to witness_horizon: off)",
+    )
+
+    @model_validator(mode="after")
+    def _horizons(self) -> DataConfig:
+        if self.witness_max_horizon < self.witness_horizon:
+            raise ValueError(
+                f"witness_max_horizon ({self.witness_max_horizon}) is below witness_horizon "
+                f"({self.witness_horizon})"
+            )
+        return self
 
 
 Interval = list[float | str]  # [lo, hi]: numbers or constant expressions such as "-pi/6"

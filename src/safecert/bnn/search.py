@@ -165,6 +165,7 @@ class BnnProblem:
                 np.random.default_rng(seed_seq.spawn(1)[0]),
                 evals=cfg.data.witness_rollouts,
                 horizon=cfg.data.witness_horizon,
+                max_horizon=cfg.data.witness_max_horizon,
                 stop=expired,  # the guard, never the budget
             )
             if expired():  # cut short: what it found depends on the machine

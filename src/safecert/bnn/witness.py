@@ -147,13 +147,15 @@ def search_segment(
     *,
     evals: int,
     horizon: int,
+    block: int = 1,
     score: Callable[[np.ndarray], np.ndarray] | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> SegmentSearch:
     """Differential evolution over the start (X0's first piece's box) and ``λ_1 … λ_horizon`` on
-    the corner segment, maximising the largest ``score`` (default :func:`danger`) of the states
-    along the rollout, with about ``evals`` rollouts. Deterministic given ``rng``, unless
-    ``stop()`` (asked after every generation: a time budget) ends it early."""
+    the corner segment, each ``λ`` held for ``block`` steps (rollouts of ``horizon · block`` steps
+    with the same number of unknowns), maximising the largest ``score`` (default :func:`danger`)
+    of the states along the rollout, with about ``evals`` rollouts. Deterministic given ``rng``,
+    unless ``stop()`` (asked after every generation: a time budget) ends it early."""
     from scipy.optimize import differential_evolution
 
     score = score if score is not None else (lambda x: danger(bench, x))
@@ -165,15 +167,28 @@ def search_segment(
         z = np.atleast_2d(population.T)
         x, worst = z[:, :d], np.full(len(z), -np.inf)
         for t in range(horizon):
-            x = bench.step(x, batched_forward(segment_networks(box, lo, hi, z[:, d + t]), x))
-            worst = np.maximum(worst, score(x))
+            nets = segment_networks(box, lo, hi, z[:, d + t])
+            for _ in range(block):
+                x = bench.step(x, batched_forward(nets, x))
+                worst = np.maximum(worst, score(x))
         return -worst
 
     bounds = list(zip(start.lo, start.hi, strict=True)) + [(0.0, 1.0)] * horizon
     popsize = 15
+    init: str | np.ndarray = "latinhypercube"
+    if block > 1:  # long rollouts: seed the constant pushes (every λ 0 or every λ 1)
+        n_pop = popsize * len(bounds)
+        lows = np.array([b[0] for b in bounds])
+        highs = np.array([b[1] for b in bounds])
+        pop = rng.uniform(lows, highs, (n_pop, len(bounds)))
+        k = min(n_pop // 4, 16)
+        pop[:k, d:] = 0.0
+        pop[k : 2 * k, d:] = 1.0
+        init = pop
     res = differential_evolution(
         objective,
         bounds,
+        init=init,
         seed=int(rng.integers(2**31)),
         vectorized=True,
         updating="deferred",
@@ -185,7 +200,7 @@ def search_segment(
     )
     rollouts = int(res.nfev) * popsize * len(bounds)  # vectorised: nfev counts population calls
     steps = segment_networks(box, lo, hi, np.asarray(res.x[d:]))
-    weights = [[(w[t], b[t]) for w, b in steps] for t in range(horizon)]
+    weights = [[(w[t], b[t]) for w, b in steps] for t in range(horizon) for _ in range(block)]
     return SegmentSearch(np.asarray(res.x[:d]), weights, -float(res.fun), rollouts)
 
 
@@ -196,12 +211,28 @@ def find_witness(
     *,
     evals: int,
     horizon: int,
+    max_horizon: int | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> Witness | None:
     """Search for a :class:`Witness` of at most ``horizon`` steps with about ``evals`` rollouts
     (:func:`search_segment`, ended early by ``stop``); the best point is checked by
-    :func:`replay_witness`."""
+    :func:`replay_witness`.
+
+    Adaptive horizon: when none is found and ``max_horizon`` exceeds ``horizon``, the search is
+    repeated with rollouts of ``2·horizon``, ``4·horizon``, … steps up to ``max_horizon``, each
+    ``λ`` held for 2, 4, … steps (the same number of unknowns) and ``evals / 2, evals / 4, …``
+    rollouts (about the same number of simulated steps per stage). Escapes that need many small
+    pushes in one direction (25–35 steps) are found there; the first stage is unchanged."""
     if bench.integer or evals <= 0 or horizon <= 0:
         return None
-    found = search_segment(bench, box, rng, evals=evals, horizon=horizon, stop=stop)
-    return replay_witness(bench, box, found.x0, found.weights)
+    block = 1
+    while True:
+        found = search_segment(
+            bench, box, rng, evals=max(1, evals // block), horizon=horizon, block=block, stop=stop
+        )
+        witness = replay_witness(bench, box, found.x0, found.weights)
+        block *= 2
+        if witness is not None or max_horizon is None or horizon * block > max_horizon:
+            return witness
+        if stop is not None and stop():
+            return None

@@ -174,3 +174,51 @@ def test_under_ci_the_browser_tests_run_and_fail_without_chromium(monkeypatch, t
     monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
     with pytest.raises(AssertionError, match="chromium is absent"):
         browser.chromium(["--version"])
+
+
+@pytest.fixture(scope="module")
+def other_pages(runs, tmp_path_factory):
+    """A sequential report, a shield report, a BNN report, a diff and an index."""
+    from safecert.api import synthesize_shield
+    from safecert.bnn.certify import certify_run
+    from safecert.bnn.setup import benchmark_config
+    from safecert.certificate import read_certificate
+    from safecert.report.diff import diff_certificates, write_diff_html
+    from safecert.report.index import build_index, write_index
+    from tests.report.test_sequential_report import SEQUENTIAL
+
+    root = tmp_path_factory.mktemp("pages")
+    seq = write_run(root / "seq", SEQUENTIAL.replace("episodes = 40", "episodes = 16"))
+    certify(seq, root / "runs" / "seq", workers=1, progress=False)
+    shield = REPO / "examples" / "shield"
+    synthesize_shield(
+        shield / "grid.toml", shield / "grid_logs.jsonl", out=root / "runs" / "shield", epsilon=0.1
+    )
+    cfg = benchmark_config(
+        "lds_x04",
+        epsilon="1sigma",
+        data={"bootstrap": False, "initial_samples": 50, "unsafe_samples": 50},
+        learner={"epochs": 1},
+        limits={"per_epsilon_s": 0.001},
+    )
+    bnn = certify_run(cfg, None, root / "runs" / "bnn").path
+    write_run_report(bnn)
+    a = read_certificate(runs["run"] / "certificate.json")
+    b = read_certificate(runs["rejudged"] / "certificate.json")
+    diff = write_diff_html(diff_certificates(a, b, "run", "rejudged"), root / "diff.html")
+    return {
+        "sequential": root / "runs" / "seq" / "report.html",
+        "shield": root / "runs" / "shield" / "report.html",
+        "bnn": root / "runs" / "bnn" / "report.html",
+        "diff": diff,
+        "index": write_index(build_index(root / "runs"), root / "runs"),
+    }
+
+
+@needs_chromium
+@pytest.mark.parametrize("which", ["sequential", "shield", "bnn", "diff", "index"])
+@pytest.mark.parametrize(("width", "print_media"), WIDTHS, ids=["1400px", "420px", "print"])
+def test_every_kind_of_page_reads_whole_at_every_width(other_pages, which, width, print_media):
+    layout = measure(other_pages[which], width, print_media=print_media)
+    assert layout.broken == [], layout.broken[:10]
+    assert layout.overflowing == [], layout.overflowing[:10]

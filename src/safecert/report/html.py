@@ -157,7 +157,7 @@ def table(
     ``row_status`` puts ``data-status`` on each row for machine readers.
     """
     classes = " ".join(c for c in (css, "sortable" if sortable else "") if c)
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    head = "".join(f"<th>{breakable(c)}</th>" for c in columns)
     body = []
     for k, row in enumerate(rows):
         status = row_status[k] if row_status is not None else None

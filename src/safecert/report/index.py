@@ -89,23 +89,23 @@ def index_html(entries: list[IndexEntry], title: str) -> str:
         if e.error:
             rows.append(
                 f"<tr data-status='warn' data-path='{esc(e.path)}'><td>—</td>"
-                f"<td>{esc(_run(e.path))}</td><td>—</td>"
-                f"<td class='warn'>UNREADABLE</td><td>{esc(e.error)}</td><td>—</td><td>{links}</td></tr>"
+                f"<td>{breakable(_run(e.path))}</td><td>—</td>"
+                f"<td class='warn'>UNREADABLE</td><td>{breakable(e.error)}</td><td>—</td><td>{links}</td></tr>"
             )
             continue
         cls = status_of(e.verdict) or "warn"
         posthoc = " <span class='nw'>(re-judged post hoc)</span>" if e.posthoc else ""
         cls = "warn" if e.posthoc and cls == "pass" else cls  # a post-hoc PASS certifies nothing
         rows.append(
-            f"<tr data-status='{cls}' data-path='{esc(e.path)}'><td>{esc(e.created_utc)}</td>"
-            f"<td>{esc(_run(e.path))}</td>"
+            f"<tr data-status='{cls}' data-path='{esc(e.path)}'><td>{breakable(e.created_utc)}</td>"
+            f"<td>{breakable(_run(e.path))}</td>"
             f"<td>{esc(e.kind)}</td><td class='{cls}'>{esc(e.verdict)}{posthoc}</td><td>{breakable(e.claim)}</td>"
             f"<td>{breakable(e.signature)}</td><td>{links}</td></tr>"
         )
     body = (
-        f"<h1>safecert certificates in {esc(title)}</h1><p>{len(entries)} certificates, newest "
-        "first; click a column to sort. Signatures are named, not checked: run safecert verify "
-        "CERT --pubkey PUB.</p>"
+        f"<h1>safecert certificates in {breakable(title)}</h1><p>{len(entries)} certificates, newest "
+        "first; click a column to sort. Signatures are named, not checked: run "
+        "<code class='nw'>safecert verify CERT --pubkey PUB</code>.</p>"
         f"<div class='scroll'><table class='sortable' id='index'><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )

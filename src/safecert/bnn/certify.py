@@ -82,6 +82,8 @@ def epsilon_record(eps: Epsilon, spec: BayesianSpec) -> EpsilonRecord:
         for s, f in zip(spec.sigma, spec.bayesian_layers, strict=True)
     ]
     sigmas = {s for s, f in zip(spec.sigma, spec.bayesian_layers, strict=True) if f}
+    if spec.weights is not None:  # σ per weight: ``absolute`` is each layer's widest half-width
+        sigmas = set()
     in_sigma: float | None = None
     if eps.in_sigma:
         in_sigma = eps.value

@@ -57,13 +57,9 @@ def network_at(layers: BatchedLayers, j: int) -> list[tuple[np.ndarray, np.ndarr
 
 
 def _stds(spec: BayesianSpec, mean: ReluNetwork) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Posterior σ of every kernel and bias entry (0 where the weight is deterministic)."""
-    out = []
-    for k, (w, b) in enumerate(mean.layers):
-        s = spec.sigma[k] if spec.bayesian_layers[k] else 0.0
-        sb = s if spec.bayesian_biases else 0.0
-        out.append((np.full(w.shape, s), np.full(b.shape, sb)))
-    return out
+    """Posterior σ of every kernel and bias entry (0 where the weight is deterministic): one σ
+    per layer or one per weight (:meth:`BayesianSpec.stds`)."""
+    return spec.stds(mean)
 
 
 def acceptance_probability(box: WeightBox, spec: BayesianSpec) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -116,11 +116,106 @@ class WeightBox:
 
 @dataclass(frozen=True)
 class BayesianSpec:
-    """Posterior σ per layer, which layers are Bayesian, and whether their biases are."""
+    """Posterior σ per layer, which layers are Bayesian, and whether their biases are.
+
+    ``weights`` (optional): one σ **per weight** — ``(σ_W, σ_b)`` per layer, the policy's shapes —
+    as a BNN trained by variational inference has; it replaces ``sigma`` in the Bayesian layers
+    (``sigma`` then holds each layer's largest σ, for reports). In σ units the box is then
+    ``μ_i ± ε·σ_i`` entry by entry; an absolute ε is ``±ε`` on every entry with ``σ_i > 0``.
+
+    Example::
+
+        spec = BayesianSpec.per_weight(net, [(0.1 * np.ones_like(w), 0 * b) for w, b in net.layers],
+                                       bayesian_layers=(False, True))
+        box = spec.box(net, "1sigma")
+    """
 
     sigma: tuple[float, ...]
     bayesian_layers: tuple[bool, ...]
     bayesian_biases: bool = False
+    weights: tuple[Layer, ...] | None = field(default=None, compare=False)
+
+    @classmethod
+    def per_weight(
+        cls,
+        mean: ReluNetwork,
+        sigmas: Sequence[Layer],
+        bayesian_layers: Sequence[bool],
+        biases: bool = False,
+    ) -> BayesianSpec:
+        """A spec with one σ per weight (``sigmas``: ``(σ_W, σ_b)`` per layer, shaped as
+        ``mean``); one ConfigError line for a wrong shape, a negative or non-finite σ."""
+        if len(sigmas) != len(mean.layers):
+            raise ConfigError(
+                f"{len(sigmas)} σ layers for a {len(mean.layers)}-layer policy",
+                field="bayesian.sigma_file",
+                fix="give σ_W, σ_b for every layer",
+            )
+        out: list[Layer] = []
+        for k, ((sw, sb), (w, b)) in enumerate(zip(sigmas, mean.layers, strict=True)):
+            sw, sb = np.asarray(sw, dtype=np.float64), np.asarray(sb, dtype=np.float64)
+            if sw.shape != w.shape or sb.shape != b.shape:
+                raise ConfigError(
+                    f"layer {k}: σ shapes {sw.shape}, {sb.shape}, weights {w.shape}, {b.shape}",
+                    field="bayesian.sigma_file",
+                    fix="σ per weight, shaped as the policy's layers",
+                )
+            if not (np.all(np.isfinite(sw)) and np.all(np.isfinite(sb))) or (
+                np.any(sw < 0) or np.any(sb < 0)
+            ):
+                raise ConfigError(
+                    f"layer {k}: σ must be finite and ≥ 0",
+                    field="bayesian.sigma_file",
+                    fix="standard deviations, not log-variances",
+                )
+            out.append((sw, sb))
+        flags = tuple(bool(f) for f in bayesian_layers)
+        top = tuple(
+            float(max(sw.max(initial=0.0), sb.max(initial=0.0) if biases else 0.0)) if f else 0.0
+            for (sw, sb), f in zip(out, flags, strict=True)
+        )
+        return cls(top, flags, biases, tuple(out))
+
+    def stds(self, mean: ReluNetwork) -> list[Layer]:
+        """The posterior σ of every kernel and bias entry (0 where the weight is deterministic)."""
+        self._check(mean)
+        out: list[Layer] = []
+        for k, (w, b) in enumerate(mean.layers):
+            if self.weights is not None:
+                sw, sb = self.weights[k]
+                if not self.bayesian_layers[k]:
+                    sw = np.zeros(w.shape)
+                out.append(
+                    (
+                        sw,
+                        sb
+                        if self.bayesian_layers[k] and self.bayesian_biases
+                        else np.zeros(b.shape),
+                    )
+                )
+                continue
+            s = self.sigma[k] if self.bayesian_layers[k] else 0.0
+            sb_ = s if self.bayesian_biases else 0.0
+            out.append((np.full(w.shape, s), np.full(b.shape, sb_)))
+        return out
+
+    def half_widths(self, mean: ReluNetwork, epsilon: Epsilon | str | float) -> list[Layer]:
+        """The box's half-width of every kernel and bias entry at ``epsilon``."""
+        eps = parse_epsilon(epsilon)
+        if self.weights is None:
+            out: list[Layer] = []
+            for k, (w, b) in enumerate(mean.layers):
+                e = eps.for_layer(self.sigma[k]) if self.bayesian_layers[k] else 0.0
+                eb = e if self.bayesian_biases else 0.0
+                out.append((np.full(w.shape, e), np.full(b.shape, eb)))
+            return out
+        return [
+            (
+                eps.value * sw if eps.in_sigma else np.where(sw > 0, eps.value, 0.0),
+                eps.value * sb if eps.in_sigma else np.where(sb > 0, eps.value, 0.0),
+            )
+            for sw, sb in self.stds(mean)
+        ]
 
     def __post_init__(self) -> None:
         if len(self.sigma) != len(self.bayesian_layers):
@@ -158,7 +253,12 @@ class BayesianSpec:
         eps = parse_epsilon(epsilon)
         lower: list[Layer] = []
         upper: list[Layer] = []
-        for k, (w, b) in enumerate(mean.layers):
+        if self.weights is not None:
+            for (w, b), (hw, hb) in zip(mean.layers, self.half_widths(mean, eps), strict=True):
+                lower.append((w - hw, b - hb))
+                upper.append((w + hw, b + hb))
+            return WeightBox(mean, tuple(lower), tuple(upper))
+        for k, (w, b) in enumerate(mean.layers):  # one σ per layer: scalars, as before
             e = eps.for_layer(self.sigma[k]) if self.bayesian_layers[k] else 0.0
             eb = e if self.bayesian_biases else 0.0
             lower.append((w - e, b - eb))
@@ -169,11 +269,15 @@ class BayesianSpec:
         """One draw of the weights from the Gaussian posterior N(μ, σ_k²) on the Bayesian parts."""
         self._check(mean)
         out: list[Layer] = []
-        for k, (w, b) in enumerate(mean.layers):
+        for k, ((w, b), (sw, sb)) in enumerate(zip(mean.layers, self.stds(mean), strict=True)):
             if self.bayesian_layers[k]:
-                w = w + self.sigma[k] * rng.standard_normal(w.shape)
+                w = w + (self.sigma[k] if self.weights is None else sw) * rng.standard_normal(
+                    w.shape
+                )
                 if self.bayesian_biases:
-                    b = b + self.sigma[k] * rng.standard_normal(b.shape)
+                    b = b + (self.sigma[k] if self.weights is None else sb) * rng.standard_normal(
+                        b.shape
+                    )
             out.append((np.array(w), np.array(b)))
         return out
 

@@ -64,8 +64,9 @@ def test_the_report_explains_each_wide_cost_bound(run):
     head = next(line for line in md.splitlines() if line.startswith("| cell | params | return"))
     assert head.endswith("| why so wide |")
     rows = [line for line in md.splitlines() if line.startswith("| ") and "cost: " in line]
-    assert len(rows) == len(cert.result.cells)  # derived cost range, budget 0: every UCB > d
-    c = cert.result.cells[0]
+    assert len(rows) == len(cert.result.cells) + 1  # stage 1 too; budget 0: every UCB > d
+    assert rows[0].startswith("| stage 1 | ") and "(nominal)" in rows[0]
+    c = cert.result.stage1
     span = c.cost_kpi.range[1] - c.cost_kpi.range[0]
     assert f"N = {c.episodes} episodes over a range of {span:g}" in rows[0]
 

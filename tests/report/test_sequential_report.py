@@ -108,3 +108,24 @@ def test_the_rejudge_summary_is_titled_rejudge(monkeypatch, tmp_path):
     main(["rejudge", str(folder / "out"), "--budget", "6", "--p-star", "0.9"])
     text = out.export_text()
     assert "safecert rejudge (post hoc): p* = 0.9" in text and "safecert certify" not in text
+
+
+def test_the_console_summary_names_out_of_space_actions(run, monkeypatch):
+    from safecert.blackbox.result import FailureKind
+    from safecert.cli import blackbox
+
+    cert = read_certificate(run / "certificate.json")
+    out = Console(width=220, record=True)
+    monkeypatch.setattr(blackbox, "console", out)
+    blackbox._verdict_table(cert)
+    assert "out-of-space" not in out.export_text()
+    r = cert.result
+    kinds = {"action_out_of_space": FailureKind(count=3, example="action 7 not in Discrete(2)")}
+    failures = r.oracle_failures.model_copy(update={"total": 3, "kinds": kinds})
+    cert = cert.model_copy(update={"result": r.model_copy(update={"oracle_failures": failures})})
+    out = Console(width=220, record=True)
+    monkeypatch.setattr(blackbox, "console", out)
+    blackbox._verdict_table(cert)
+    text = out.export_text()
+    assert "out-of-space actions: 3 episodes" in text and "action 7 not in Discrete(2)" in text
+    assert f"action_out_of_space = {r.action_out_of_space}" in text

@@ -231,7 +231,9 @@ def sections(
         [
             [
                 str(i),
-                ", ".join(f"{k}={v}" for k, v in c.params.items()) or "nominal",
+                ", ".join(f"{k}={v}" for k, v in c.params.items())
+                + (" (nominal)" if i == "stage 1" else "")
+                or "nominal",
                 _fmt(c.return_kpi.mean),
                 _fmt(c.return_kpi.bound),
                 _fmt(c.cost_kpi.mean),
@@ -249,7 +251,7 @@ def sections(
                 )
                 or "—",
             ]
-            for i, c in enumerate(res.cells)
+            for i, c in [("stage 1", res.stage1), *enumerate(res.cells)]
         ],
         sortable=True,
     )

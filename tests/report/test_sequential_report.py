@@ -93,6 +93,10 @@ def test_the_console_summary_shows_the_decisions_counts_and_bounds(run, monkeypa
     assert float(numbers[2]) == pytest.approx(failing.lower_bound, abs=1e-4)
     assert float(numbers[3]) == pytest.approx(failing.upper_bound, abs=1e-4)
     assert numbers[-1] == str(failing.episodes) != numbers[0]
+    s1 = cert.result.stage1
+    assert (
+        f"stage 1 (nominal): {s1.decision} ({s1.failures_used}/{s1.episodes_used} at the " in text
+    )
 
 
 def test_the_rejudge_summary_is_titled_rejudge(monkeypatch, tmp_path):

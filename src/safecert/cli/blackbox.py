@@ -73,9 +73,14 @@ def _verdict_table(cert, command: str = "safecert certify") -> None:
         )
     )
     s1 = res.stage1
+    counts = (
+        f"{s1.failures_used}/{s1.episodes_used} at the decision, e-process upper"
+        if cert.kind == "sequential"
+        else f"{s1.failures}/{s1.episodes}, upper"
+    )
     console.print(
-        f"stage 1 (nominal): {s1.decision} ({s1.failures}/{s1.episodes}, "
-        f"upper {s1.upper_bound:.5f}); ODD: {len(res.odd)}/{len(res.cells)} cells"
+        f"stage 1 (nominal): {s1.decision} ({counts} {s1.upper_bound:.5f}); "
+        f"ODD: {len(res.odd)}/{len(res.cells)} cells"
     )
     oos = res.oracle_failures.kinds.get("action_out_of_space")
     if oos is not None:

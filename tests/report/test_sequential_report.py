@@ -57,7 +57,7 @@ def test_squares_and_table_show_each_decisions_own_counts_and_e_process_bounds(r
             else c.decision
         )
         assert sq.text.startswith(f"{want} {c.failures_used}/{c.episodes_used} "), sq.text
-        assert f"LB {c.lower_bound:.3f} UB {c.upper_bound:.3f}" in sq.text
+        assert f"LB\xa0{c.lower_bound:.3f} UB\xa0{c.upper_bound:.3f}" in sq.text
     heading = next(h for h in dom.find_all("h2") if h.text.startswith("Every cell"))
     assert "e-process" in heading.text and "after the" in heading.text
     table = next(t for t in dom.find_all("table") if "sortable" in t.attrs.get("class", ""))

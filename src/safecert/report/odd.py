@@ -134,10 +134,11 @@ def _square(views: list[CellView]) -> Square:
     failing = sum(v.status == "fail" for v in views)
     word = worst.word
     if len(views) == 1:
-        lb = "" if worst.lower_bound is None else f" LB {worst.lower_bound:.3f}"
-        text = f"{word} {worst.failures}/{worst.episodes}{lb} UB {worst.upper_bound:.3f}"
+        # a no-break space keeps each bound's name with its value on a narrow map
+        lb = "" if worst.lower_bound is None else f" LB\u00a0{worst.lower_bound:.3f}"
+        text = f"{word} {worst.failures}/{worst.episodes}{lb} UB\u00a0{worst.upper_bound:.3f}"
     else:
-        text = f"{word} {failing}/{len(views)} cells fail, max UB {worst.upper_bound:.3f}"
+        text = f"{word} {failing}/{len(views)} cells fail, max UB\u00a0{worst.upper_bound:.3f}"
     return Square(worst.status, text, tuple(v.index for v in views))
 
 

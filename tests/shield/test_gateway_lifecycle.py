@@ -181,6 +181,7 @@ def test_stdio_signal_drains_the_call_in_flight_then_exits_128_plus_signal(work,
 
     async def main() -> None:
         async with _stdio_gateway(work, "--shutdown-grace", "20") as (proc, s):
+            await s.list_tools()  # the SDK's client validates results against the listed schema
             async with anyio.create_task_group() as tg:
 
                 async def slow() -> None:

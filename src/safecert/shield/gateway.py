@@ -106,8 +106,9 @@ async def jsonrpc_lines(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> AsyncIterator[tuple[Any, Any, Any]]:
     """MCP's stdio framing (one JSON-RPC message per line) over an asyncio pipe pair, as the
-    ``(read_stream, write_stream)`` an MCP session takes, plus an event set at end of input or when
-    the peer stops reading. Nothing blocks a thread, so cancelling it ends it at once."""
+    ``(read_stream, write_stream)`` an MCP session takes, an event set at end of input or when
+    the peer stops reading, and a one-item list: the requests read whose response is not written
+    yet. Nothing blocks a thread, so cancelling it ends it at once."""
     import anyio
     import mcp_types as types
     from mcp.shared._context_streams import create_context_streams
@@ -116,6 +117,7 @@ async def jsonrpc_lines(
     in_send, in_recv = create_context_streams[SessionMessage | Exception](0)
     out_send, out_recv = create_context_streams[SessionMessage](0)
     closed = anyio.Event()
+    unanswered = [0]
 
     async def read() -> None:
         try:
@@ -126,6 +128,8 @@ async def jsonrpc_lines(
                     )
                 except ValueError as exc:
                     msg = exc
+                else:
+                    unanswered[0] += isinstance(msg.message, types.JSONRPCRequest)
                 await in_send.send(msg)
         except (OSError, ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # a broken pipe or an oversized line: the connection is over
@@ -140,6 +144,8 @@ async def jsonrpc_lines(
                     data = m.message.model_dump_json(by_alias=True, exclude_unset=True)
                     writer.write(data.encode() + b"\n")
                     await writer.drain()
+                    if isinstance(m.message, types.JSONRPCResponse | types.JSONRPCError):
+                        unanswered[0] -= 1
         except (OSError, RuntimeError, anyio.ClosedResourceError):
             pass  # the peer stopped reading
         finally:
@@ -149,7 +155,7 @@ async def jsonrpc_lines(
         tg.start_soon(read)
         tg.start_soon(write)
         try:
-            yield in_recv, out_send, closed
+            yield in_recv, out_send, closed, unanswered
         finally:
             tg.cancel_scope.cancel()
             writer.close()
@@ -254,7 +260,7 @@ class Upstream:
                 tg.start_soon(_copy_stderr, vendor.stderr)
                 reader, writer = await _pipes(vendor.stdout, vendor.stdin)
                 async with (
-                    jsonrpc_lines(reader, writer) as (read, write, closed),
+                    jsonrpc_lines(reader, writer) as (read, write, closed, _),
                     ClientSession(read, write) as session,
                 ):
                     with anyio.fail_after(self.start_timeout_s):
@@ -339,16 +345,21 @@ class Gateway:
     def _names(self) -> set[str]:
         return {t.name for t in self.upstream.tools}
 
-    async def drain(self, grace_s: float, hurry: Callable[[], bool] = lambda: False) -> bool:
+    async def drain(
+        self,
+        grace_s: float,
+        hurry: Callable[[], bool] = lambda: False,
+        busy: Callable[[], bool] = lambda: False,
+    ) -> bool:
         """Refuse new calls and wait up to ``grace_s`` (or until ``hurry()``) for the calls in
-        flight; whether all ended."""
+        flight and, while ``busy()``, for their answers to be written; whether all ended."""
         import anyio
 
         self.closing = True
         with anyio.move_on_after(grace_s):
-            while self.in_flight and not hurry():
+            while (self.in_flight or busy()) and not hurry():
                 await anyio.sleep(0.01)
-        return self.in_flight == 0
+        return self.in_flight == 0 and not busy()
 
     def server(self) -> Any:
         """The low-level MCP server answering ``tools/list`` and ``tools/call``."""
@@ -509,11 +520,12 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
             )
             transport_done = anyio.Event()
             http: list[Any] = []
+            busy: list[Callable[[], bool]] = []
 
             async def transport() -> None:
                 try:
                     if opts.transport == "stdio":
-                        await _serve_stdio(gateway.server())
+                        await _serve_stdio(gateway.server(), busy)
                     else:
                         await _serve_http(gateway, opts.host, opts.port, http)
                 finally:
@@ -529,10 +541,12 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
                     file=sys.stderr,
                     flush=True,
                 )
-                await gateway.drain(opts.grace_s, lambda: len(signals) > 1)
+                await gateway.drain(
+                    opts.grace_s, lambda: len(signals) > 1, lambda: any(b() for b in busy)
+                )
             gateway.closing = True
-            for server in http:  # uvicorn: close the listener and its connections
-                server.should_exit = server.force_exit = True
+            for server in http:  # uvicorn: close the listener, let answers go out, then the rest
+                server.should_exit = True
             if http:
                 with anyio.move_on_after(STOP_WAIT_S):
                     await transport_done.wait()
@@ -589,11 +603,12 @@ async def _all_tools(upstream: Any) -> list[Any]:
             return tools
 
 
-async def _serve_stdio(server: Any) -> None:
+async def _serve_stdio(server: Any, busy: list[Callable[[], bool]]) -> None:
     """Serve one MCP connection on our stdin/stdout until the client closes either. The wire is
     moved to private descriptors and fd 0/1 are pointed at ``/dev/null``/stderr meanwhile, so stray
     prints of φ cannot corrupt it. Input that is no pipe, socket or terminal (a regular file) is
-    read by the SDK's own transport instead."""
+    read by the SDK's own transport instead. ``busy`` receives a test for requests whose response
+    is not written yet (the drain waits for them too)."""
     wire_in, wire_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     saved = os.dup(0), os.dup(1)
@@ -612,7 +627,8 @@ async def _serve_stdio(server: Any) -> None:
             async with stdio_server() as (rs, ws):
                 await server.run(rs, ws, server.create_initialization_options())
             return
-        async with jsonrpc_lines(reader, writer) as (rs, ws, closed):
+        async with jsonrpc_lines(reader, writer) as (rs, ws, closed, unanswered):
+            busy.append(lambda: unanswered[0] > 0)
             await server.run(rs, ws, server.create_initialization_options())
     finally:
         os.dup2(saved[0], 0)
@@ -654,7 +670,10 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
         def capture_signals(self) -> Any:
             yield
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on",
+        timeout_graceful_shutdown=STOP_WAIT_S / 2,
+    )  # fmt: skip
     server = Server(config)
     servers.append(server)
     await server.serve()

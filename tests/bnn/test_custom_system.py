@@ -49,16 +49,21 @@ def test_double_integrator_certifies_safe_and_verify_reproves_it(di_run: Path) -
 
 
 def test_verify_uses_the_embedded_sets(di_run: Path, tmp_path: Path) -> None:
-    """Shrink the embedded X_u's complement so that it meets X0: the re-proof must fail."""
+    """Shrink the embedded X_u's complement so that it meets the invariant (not X0): the re-proof
+    must fail; shrunk until it meets X0, the embedded sets are one line, exit 2."""
     bad = tmp_path / "bad"
     shutil.copytree(di_run, bad)
     cert = json.loads((bad / "certificate.json").read_text())
-    cert["parameters"]["sets"]["unsafe"]["outside"] = {"x": [-0.1, 0.1], "v": [-0.1, 0.1]}
+    cert["parameters"]["sets"]["unsafe"]["outside"] = {"x": [-0.3, 0.3], "v": [-0.3, 0.3]}
     (bad / "certificate.json").write_text(json.dumps(cert))
     res = run_cli("verify", str(bad / "certificate.json"), "--json")
     assert res.code == 1
     failed = {c["name"] for c in res.json()["checks"] if not c["ok"]}
     assert {"checks.unsafe", "verdict"} <= failed
+    cert["parameters"]["sets"]["unsafe"]["outside"] = {"x": [-0.1, 0.1], "v": [-0.1, 0.1]}
+    (bad / "certificate.json").write_text(json.dumps(cert))
+    res = run_cli("verify", str(bad / "certificate.json"), "--json")
+    assert res.code == 2 and "parameters.sets.initial: X0 overlaps X_u" in res.stderr
 
 
 def test_onnx_policy_equals_onnxruntime() -> None:

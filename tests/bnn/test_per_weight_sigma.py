@@ -74,3 +74,49 @@ def test_wrong_shapes_or_negative_sigma_are_one_line() -> None:
         BayesianSpec.per_weight(net, [good[0], (-good[1][0], good[1][1])], (False, True))
     with pytest.raises(ConfigError, match="1 σ layers for a 2-layer policy"):
         BayesianSpec.per_weight(net, good[:1], (False, True))
+
+
+def test_sigma_file_certifies_and_verify_rederives_from_its_copy(tmp_path) -> None:
+    """``[bayesian] sigma_file``: a real run with one σ per weight (X0 = 0.4 LDS at 0.5σ), the σ
+    file recorded as an input and copied as evidence; ``safecert verify``'s checker re-derives the
+    box from the copy, and a changed copy or a σ file of the wrong shape fails."""
+    import shutil
+    import tomllib
+
+    from safecert.audit import Evidence
+    from safecert.bnn.certify import certify_run
+    from safecert.bnn.check import check
+    from safecert.bnn.setup import load_config
+    from safecert.config import dump_toml
+
+    examples = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "bnn"
+    shutil.copyfile(examples / "lds.npz", tmp_path / "lds.npz")
+    net = load_policy("lds")
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for k, (w, b) in enumerate(net.layers):
+        arrays[f"W{k}"] = rng.uniform(0.05, 0.15, w.shape)
+        arrays[f"b{k}"] = np.zeros(b.shape)
+    np.savez(tmp_path / "sigma.npz", **arrays)
+    cfg = tomllib.loads((examples / "lds.toml").read_text())
+    cfg["sets"]["initial"] = {"box": {"x": [-0.4, 0.4], "y": [-0.4, 0.4]}}
+    cfg["bayesian"]["sigma_file"] = "sigma.npz"
+    cfg["data"] |= {"bootstrap": False, "witness_rollouts": 500, "falsifier_samples": 2000}
+    cfg["invariant"] = {"hidden": [8]}
+    cfg["learner"] |= {"epochs": 100, "warm_epochs": 20, "batch_size": 1024, "learning_rate": 0.02}
+    (tmp_path / "c.toml").write_text(dump_toml(cfg))
+    run = certify_run(load_config(tmp_path / "c.toml"), tmp_path / "c.toml", tmp_path / "out")
+    cert = run.certificate
+    assert cert.verdict == "SAFE", cert.result.reason
+    roles = {e.role for e in cert.inputs.files} | {e.role for e in cert.inputs.evidence}
+    assert {"sigma", "sigma-copy"} <= roles
+    assert cert.result.epsilon.sigma == 0.5
+    # the box's widest half-width per layer: 0.5 · max σ of the Bayesian layer
+    assert cert.result.epsilon.absolute == [0.0, pytest.approx(0.5 * arrays["W1"].max())]
+    assert check(cert, Evidence(run.path)).ok
+    np.savez(run.path.parent / "sigma.npz", **(arrays | {"W1": arrays["W1"] * 2}))
+    report = check(cert, Evidence(run.path))
+    assert not report.ok and any("sigma-copy" in c.name for c in report.failed)
+    np.savez(tmp_path / "sigma.npz", W0=arrays["W0"], b0=arrays["b0"])
+    with pytest.raises(ConfigError, match="bayesian.sigma_file"):
+        certify_run(load_config(tmp_path / "c.toml"), tmp_path / "c.toml", tmp_path / "out2")

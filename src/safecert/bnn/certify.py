@@ -35,6 +35,7 @@ from safecert.bnn.config import (
     bayesian_spec,
     check_policy_fits,
     load_policy_network,
+    load_sigma_network,
 )
 from safecert.bnn.networks import read_policy_file
 from safecert.bnn.result import (
@@ -256,20 +257,28 @@ def policy_copy_name(policy_path: Path | None) -> str:
     return POLICY_FILE if policy_path is None else f"policy{policy_path.suffix.lower()}"
 
 
-def run_inputs(config_path: Path | None, policy_path: Path | None, out: Path) -> Inputs:
-    """``inputs`` of a run whose ``policy.npz`` copy is already in ``out`` (module docstring),
-    digested when the run starts (the files as they were read)."""
+def sigma_copy_name(sigma_path: Path) -> str:
+    """``sigma`` with the user's σ file's suffix."""
+    return f"sigma{sigma_path.suffix.lower()}"
+
+
+def run_inputs(
+    config_path: Path | None, policy_path: Path | None, out: Path, sigma_path: Path | None = None
+) -> Inputs:
+    """``inputs`` of a run whose ``policy.npz`` copy (and ``sigma.*`` copy of a per-weight σ
+    file, role ``sigma-copy``) is already in ``out`` (module docstring), digested when the run
+    starts (the files as they were read)."""
     root = (config_path.parent if config_path is not None else Path.cwd()).resolve()
     files: list[FileDigest] = []
     if config_path is not None:
         files.append(file_digest("config", config_path, root))
     if policy_path is not None:
         files.append(file_digest("policy", policy_path, root))
-    return Inputs(
-        root=str(root),
-        files=files,
-        evidence=[file_digest("policy-copy", out / policy_copy_name(policy_path), out)],
-    )
+    evidence = [file_digest("policy-copy", out / policy_copy_name(policy_path), out)]
+    if sigma_path is not None:
+        files.append(file_digest("sigma", sigma_path, root))
+        evidence.append(file_digest("sigma-copy", out / sigma_copy_name(sigma_path), out))
+    return Inputs(root=str(root), files=files, evidence=evidence)
 
 
 @dataclass(frozen=True)
@@ -323,13 +332,21 @@ def certify_run(
     system = build_system(cfg.system, cfg.dynamics, cfg.sets)
     mean, policy_path = load_policy_network(cfg, base)
     check_policy_fits(mean, system)
-    spec = bayesian_spec(cfg, mean)
-    # the copy first, and the network from it: what is verified is exactly the evidence file
+    sigma_source = load_sigma_network(cfg, base)
+    bayesian_spec(cfg, mean, None if sigma_source is None else sigma_source[0])  # fails early
+    # the copies first, and the networks from them: what is verified is exactly the evidence
     name = policy_copy_name(policy_path)
     copy = policy_path.read_bytes() if policy_path is not None else mean.npz_bytes()
     durable_write(out / name, copy)
     mean = read_policy_file(out / name)
-    inputs = run_inputs(config_path, policy_path, out)
+    sigmas = None
+    sigma_path = None
+    if sigma_source is not None:
+        sigma_path = sigma_source[1]
+        durable_write(out / sigma_copy_name(sigma_path), sigma_path.read_bytes())
+        sigmas = read_policy_file(out / sigma_copy_name(sigma_path))
+    spec = bayesian_spec(cfg, mean, sigmas)
+    inputs = run_inputs(config_path, policy_path, out, sigma_path)
     events = events if events is not None else Events()
     problem = BnnProblem(system, mean, spec, cfg)
     current: list[str] = [""]

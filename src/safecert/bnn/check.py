@@ -101,7 +101,7 @@ def check(
         bench = build_system(cfg.system, cfg.dynamics, cfg.sets)
     except ConfigError as exc:
         raise _as_data_error(exc) from None
-    spec = policy_spec(cfg, bench, mean, report)
+    spec = policy_spec(cfg, bench, mean, report, sigma_network(cfg, cert, evidence, report))
     if spec is None:
         return report  # a policy that does not fit: nothing else can be derived
 
@@ -180,7 +180,11 @@ def _as_data_error(exc: ConfigError) -> DataError:
 
 
 def policy_spec(
-    cfg: BnnConfig, bench: System, mean: ReluNetwork, report: VerificationReport
+    cfg: BnnConfig,
+    bench: System,
+    mean: ReluNetwork,
+    report: VerificationReport,
+    sigmas: ReluNetwork | None = None,
 ) -> BayesianSpec | None:
     """The Bayesian spec ``parameters.bayesian`` gives for the policy (as the run derived it), or
     None with a failing check when the policy does not fit the system or the spec."""
@@ -193,7 +197,7 @@ def policy_spec(
         )
         return None
     try:
-        return bayesian_spec(cfg, mean)
+        return bayesian_spec(cfg, mean, sigmas)
     except ConfigError as exc:
         report.add("parameters.bayesian fits the policy", False, str(exc))
         return None
@@ -224,6 +228,34 @@ def policy_copy(cert: BnnCertificate, evidence: Evidence) -> tuple[FileDigest, P
             fix=f"keep {entries[0].path} next to the certificate or pass --data DIR",
         )
     return entries[0], path
+
+
+def sigma_network(
+    cfg: BnnConfig, cert: BnnCertificate, evidence: Evidence, report: VerificationReport | None
+) -> ReluNetwork | None:
+    """The per-weight σ network of the ``sigma-copy`` evidence (None when σ is per layer); the
+    copy must be the recorded ``sigma`` input byte for byte. A σ file named in ``parameters``
+    without its copy is one DataError line."""
+    if cfg.bayesian.sigma_file is None:
+        return None
+    entries = [e for e in cert.inputs.evidence if e.role == "sigma-copy"]
+    files = [e for e in cert.inputs.files if e.role == "sigma"]
+    if len(entries) != 1 or len(files) != 1:
+        raise DataError(
+            f"{len(entries)} sigma-copy and {len(files)} sigma entries (need one each)",
+            field="certificate.inputs",
+            fix="regenerate the certificate with safecert",
+        )
+    path = locate_evidence(entries[0], evidence)
+    if not path.is_file():
+        raise DataError(
+            f"{path} does not exist",
+            field="evidence",
+            fix=f"keep {entries[0].path} next to the certificate or pass --data DIR",
+        )
+    if report is not None:
+        report.equal("sigma-copy is the sigma file", files[0].sha256, entries[0].sha256)
+    return read_policy_file(path)
 
 
 def check_policy_source(

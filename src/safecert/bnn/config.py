@@ -110,6 +110,11 @@ class BayesianConfig(_Model):
         default=None, description="explicit flags; overrides first_layer"
     )
     biases: bool = False
+    sigma_file: str | None = Field(
+        default=None,
+        description="one σ per weight: a file shaped as the policy (.npz W0, b0, …; .onnx; "
+        ".pt state_dict), relative to the config; replaces sigma in the Bayesian layers",
+    )
 
 
 class SearchConfig(_Model):
@@ -333,6 +338,26 @@ def load_policy_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork,
     return read_policy_file(path), path
 
 
+def load_sigma_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork, Path] | None:
+    """The per-weight σ network named by ``bayesian.sigma_file`` (relative to the config's
+    folder) and its path, or None when σ is given per layer."""
+    if cfg.bayesian.sigma_file is None:
+        return None
+    path = Path(cfg.bayesian.sigma_file)
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    if not path.is_file():
+        raise ConfigError(
+            f"{path} does not exist",
+            field="bayesian.sigma_file",
+            fix=f"give a σ file shaped as the policy ({', '.join(POLICY_SUFFIXES)})",
+        )
+    try:
+        return read_policy_file(path), path
+    except ConfigError as exc:
+        raise ConfigError(str(exc), field="bayesian.sigma_file") from None
+
+
 def check_policy_fits(net: ReluNetwork, system: System, where: str = "policy") -> None:
     """The policy reads the state and writes what the dynamics read (one line naming both sizes)."""
     need_out = system.n_actions
@@ -347,8 +372,11 @@ def check_policy_fits(net: ReluNetwork, system: System, where: str = "policy") -
         )
 
 
-def bayesian_spec(cfg: BnnConfig, net: ReluNetwork) -> BayesianSpec:
-    """The :class:`BayesianSpec` of ``cfg.bayesian`` for ``net`` (one σ per layer)."""
+def bayesian_spec(
+    cfg: BnnConfig, net: ReluNetwork, sigmas: ReluNetwork | None = None
+) -> BayesianSpec:
+    """The :class:`BayesianSpec` of ``cfg.bayesian`` for ``net``: one σ per layer, or one per
+    weight (``sigmas``: the network read from ``bayesian.sigma_file``, whose layers hold σ)."""
     b = cfg.bayesian
     n = len(net.layers)
     flags = (
@@ -376,4 +404,10 @@ def bayesian_spec(cfg: BnnConfig, net: ReluNetwork) -> BayesianSpec:
         raise ConfigError(
             "no layer is Bayesian", field="bayesian", fix="set first_layer or bayesian_layers"
         )
+    if b.sigma_file is not None:
+        if sigmas is None:
+            raise ConfigError(
+                "the σ file was not read", field="bayesian.sigma_file", fix="pass its network"
+            )
+        return BayesianSpec.per_weight(net, sigmas.layers, flags, b.biases)
     return BayesianSpec(sigma, flags, b.biases)

@@ -430,7 +430,7 @@ def certificate_claim(cert_path: Path, data_dir: Path | None = None) -> Claim:
     """The system, weight box, invariant and verdict a ``bnn`` certificate claims (from its
     parameters, its policy copy and its ``result``); one DataError line when it has no invariant."""
     from safecert.audit import Evidence
-    from safecert.bnn.check import parameters_config, policy_copy
+    from safecert.bnn.check import parameters_config, policy_copy, sigma_network
     from safecert.bnn.config import bayesian_spec
     from safecert.bnn.networks import read_policy_file
     from safecert.bnn.spec import Epsilon
@@ -455,7 +455,8 @@ def certificate_claim(cert_path: Path, data_dir: Path | None = None) -> Claim:
         raise DataError(str(exc), field="certificate.parameters") from None
     mean = read_policy_file(path)
     eps = Epsilon(r.epsilon.value, r.epsilon.unit == "sigma")
-    box = bayesian_spec(cfg, mean).box(mean, eps)
+    evidence = Evidence(Path(cert_path), data_dir=data_dir)
+    box = bayesian_spec(cfg, mean, sigma_network(cfg, cert, evidence, None)).box(mean, eps)
     inv = ReluNetwork.from_lists(
         [layer.model_dump() for layer in r.invariant.layers], name="certificate.result.invariant"
     )

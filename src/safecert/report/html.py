@@ -51,7 +51,7 @@ table.sortable th{{cursor:pointer}} table.sortable th:after{{content:" ⇅";colo
 .facts th{{width:16em}} .facts td{{font-family:ui-monospace,monospace;font-size:.82em}}
 .heatmaps{{display:flex;flex-wrap:wrap;gap:1.2em}}
 .heatmap td{{text-align:center;min-width:4.5em}} .heatmap caption{{font-size:.85em;text-align:left}}
-.legend span{{display:inline-block;padding:.1em .5em;margin-right:.5em}}
+.legend .pass,.legend .fail,.legend .warn,.legend .sq{{display:inline-block;padding:.1em .5em;margin-right:.5em}}
 code{{font-size:.85em}} img{{border:1px solid #ddd;margin:.5em 0;max-width:100%;height:auto}}
 .note{{color:#555;font-size:.9em}}
 footer.digest{{margin-top:2em;color:#555;font-size:.8em}}

@@ -8,6 +8,7 @@ lock, worker or pool slot any other call needs.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import Callable
@@ -34,17 +35,23 @@ class _Worker:
                 job.answer.put((True, fn(*args)))
             except BaseException as exc:  # handed to the caller
                 job.answer.put((False, exc))
+            if job.notify is not None:
+                try:
+                    job.notify()
+                except RuntimeError:  # the caller's event loop is gone
+                    pass
             if job.abandoned:
                 return  # its caller gave up on it: this thread leaves the pool for good
             _idle.append(self)
 
 
 class _Job:
-    __slots__ = ("answer", "abandoned")
+    __slots__ = ("answer", "abandoned", "notify")
 
-    def __init__(self) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None) -> None:
         self.answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         self.abandoned = False
+        self.notify = notify
 
 
 _idle: list[_Worker] = []  # list.append/pop are atomic under the GIL
@@ -71,6 +78,38 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
             ok, value = job.answer.get_nowait()
         except queue.Empty:
             raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+    if not ok:
+        raise value
+    return value
+
+
+async def acall_with_deadline(
+    fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float
+) -> Any:
+    """:func:`call_with_deadline` for an asyncio event loop: the same workers and the same
+    guarantee, awaited without blocking the loop or a second thread (the worker wakes the loop
+    when it answers). Cancelling the await abandons the worker as a timeout does."""
+    loop = asyncio.get_running_loop()
+    answered = asyncio.Event()
+    try:
+        worker = _idle.pop()
+    except IndexError:
+        worker = _Worker()
+    job = _Job(lambda: loop.call_soon_threadsafe(answered.set))
+    worker.jobs.put((fn, args, job))
+    try:
+        await asyncio.wait_for(answered.wait(), timeout_s)
+    except TimeoutError:
+        job.abandoned = True
+        try:  # answered in the gap after all
+            ok, value = job.answer.get_nowait()
+        except queue.Empty:
+            raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+    except BaseException:  # cancelled: nobody will read the answer
+        job.abandoned = True
+        raise
+    else:
+        ok, value = job.answer.get_nowait()
     if not ok:
         raise value
     return value

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from safecert.errors import SafecertError
 from safecert.shield.certified import CertifiedShield
-from safecert.shield.deadline import DeadlineExceeded, call_with_deadline
+from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline, call_with_deadline
 from safecert.shield.guard import MAX_REFUSALS, permitted_actions
 from safecert.shield.model import ShieldModel
 
@@ -87,6 +87,29 @@ class Abstraction:
             value = call_with_deadline(self.phi, (list(history),), self.timeout_s)
         except Exception as exc:
             raise AbstractionFailed(f"abstraction failed ({_why(exc)})") from None
+        return self._state_index(value)
+
+    async def astate(self, history: list[dict[str, Any]]) -> int:
+        """:meth:`state` awaited on an asyncio loop (no thread blocked while φ runs)."""
+        try:
+            value = await acall_with_deadline(self.phi, (list(history),), self.timeout_s)
+        except Exception as exc:
+            raise AbstractionFailed(f"abstraction failed ({_why(exc)})") from None
+        return self._state_index(value)
+
+    async def aaction(self, tool: str, arguments: dict[str, Any]) -> str:
+        """:meth:`action` awaited on an asyncio loop."""
+        if self.action_map is None:
+            return self._action_name(tool, tool)
+        try:
+            value = await acall_with_deadline(
+                self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
+            )
+        except Exception as exc:
+            raise AbstractionFailed(f"action map failed ({_why(exc)})") from None
+        return self._action_name(tool, value)
+
+    def _state_index(self, value: object) -> int:
         try:
             return self.model.state_index(value, field="abstraction")
         except SafecertError as exc:
@@ -105,6 +128,9 @@ class Abstraction:
                 )
             except Exception as exc:
                 raise AbstractionFailed(f"action map failed ({_why(exc)})") from None
+        return self._action_name(tool, value)
+
+    def _action_name(self, tool: str, value: object) -> str:
         if not isinstance(value, str) or value not in self.model.actions:
             raise AbstractionFailed(f"unknown action {value!r} for tool {tool!r}")
         return value
@@ -244,9 +270,8 @@ class GuardSession:
         if self._alock is None:
             self._alock = anyio.Lock()
         async with self._alock:
-            decision = await anyio.to_thread.run_sync(
-                lambda: self.decide(tool, arguments, available=available)
-            )
+            s0, action = await self._aprepare(tool, arguments, available)
+            decision = self.decide(tool, arguments, available=available, s0=s0, action=action)
             if not decision.allowed or decision.is_halt:
                 return decision
             try:
@@ -256,16 +281,55 @@ class GuardSession:
                 why = "timed out" if isinstance(exc, TimeoutError) else _why(exc)
                 self.end(f"{tool!r} failed ({why}); the state after it is unknown")
                 raise
-            await anyio.to_thread.run_sync(self.commit, decision, result_value(result))
+            entry = self._entry(decision, result_value(result))
+            try:
+                after: int | AbstractionFailed = await self.abstraction.astate(
+                    [*self.history, entry]
+                )
+            except AbstractionFailed as failed:
+                after = failed
+            self._record(decision, entry, after)
             return result
+
+    async def _aprepare(
+        self, tool: str, arguments: dict[str, Any], available: bool
+    ) -> tuple[int | AbstractionFailed | None, str | AbstractionFailed | None]:
+        """φ([]) and the action map's answer that :meth:`decide` will need, awaited on the event
+        loop (``None``: not needed). Only the user code runs on a worker; the decision itself is
+        a table look-up made on the loop."""
+        s0: int | AbstractionFailed | None = None
+        if self._ended is not None or tool == self.halt:
+            return None, None
+        if self._state is None:
+            try:
+                s0 = await self.abstraction.astate([])
+            except AbstractionFailed as exc:
+                return exc, None
+            if s0 != self.shield.model.initial:
+                return s0, None
+        if self.steps >= self.shield.horizon or not available:
+            return s0, None
+        try:
+            return s0, await self.abstraction.aaction(tool, arguments)
+        except AbstractionFailed as exc:
+            return s0, exc
 
     # -- the two halves ------------------------------------------------------------------------
 
-    def decide(self, tool: str, arguments: dict[str, Any], *, available: bool = True) -> Decision:
+    def decide(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        available: bool = True,
+        s0: int | AbstractionFailed | None = None,
+        action: str | AbstractionFailed | None = None,
+    ) -> Decision:
         """The decision on one proposed call; the caller holds the session lock. A permitted halt
         ends the session here (it is never executed by a tool); a tool that does not exist
-        (``available=False``) is blocked."""
-        decision = self._decide(tool, arguments, available)
+        (``available=False``) is blocked. ``s0`` and ``action``, when given, are φ([]) and the
+        action map's answer already computed (or how they failed); else they are computed here."""
+        decision = self._decide(tool, arguments, available, s0, action)
         decision = replace(decision, arguments=copy.deepcopy(arguments))
         if not decision.allowed and not decision.ends_session and self._ended is None:
             self._refusals += 1
@@ -284,23 +348,35 @@ class GuardSession:
         """Record the executed call of a permitted ``decision`` and move to φ of the new history;
         the caller holds the session lock. If φ fails now the session ends (the next state is
         unknown, so nothing more may run) and the step is not logged (it has no next_state)."""
-        assert decision.allowed and decision.action is not None and self._state is not None
-        before = self._state
-        self.history.append(
-            {
-                "tool": decision.tool,
-                "arguments": decision.arguments,  # a deep copy taken at decision time
-                "result": copy.deepcopy(result),
-                "action": decision.action,
-            }
-        )
-        self._refusals = 0
+        entry = self._entry(decision, result)
         try:
-            after = self.abstraction.state(self.history)
+            after: int | AbstractionFailed = self.abstraction.state([*self.history, entry])
         except AbstractionFailed as exc:
+            after = exc
+        self._record(decision, entry, after)
+
+    def _entry(self, decision: Decision, result: Any) -> dict[str, Any]:
+        assert decision.allowed and decision.action is not None and self._state is not None
+        return {
+            "tool": decision.tool,
+            "arguments": decision.arguments,  # a deep copy taken at decision time
+            "result": copy.deepcopy(result),
+            "action": decision.action,
+        }
+
+    def _record(
+        self, decision: Decision, entry: dict[str, Any], after: int | AbstractionFailed
+    ) -> None:
+        """Append the executed call and move to ``after`` = φ of the new history (or end the
+        session when φ failed)."""
+        assert self._state is not None
+        before = self._state
+        self.history.append(entry)
+        self._refusals = 0
+        if isinstance(after, AbstractionFailed):
             self._state = None  # unknown: no halt line either (it would invent a transition)
-            self._end(f"{exc} after an executed call; step {self.steps - 1} not logged")
-            self._audit_event("ended", str(exc))
+            self._end(f"{after} after an executed call; step {self.steps - 1} not logged")
+            self._audit_event("ended", str(after))
             return
         self._state = after
         if self.steps_log is not None:
@@ -324,7 +400,14 @@ class GuardSession:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _decide(self, tool: str, arguments: dict[str, Any], available: bool) -> Decision:
+    def _decide(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        available: bool,
+        s0_known: int | AbstractionFailed | None = None,
+        action_known: str | AbstractionFailed | None = None,
+    ) -> Decision:
         model = self.shield.model
         if self._ended is not None:
             return Decision(False, tool, None, self._label(), (), f"session ended ({self._ended})")
@@ -332,7 +415,7 @@ class GuardSession:
             return Decision(True, tool, self.halt, self._label(), (), "halt", ends_session=True)
         if self._state is None:
             try:
-                s0 = self.abstraction.state([])
+                s0 = _known(s0_known) if s0_known is not None else self.abstraction.state([])
             except AbstractionFailed as exc:
                 return Decision(False, tool, None, None, (self.halt,), str(exc))
             if s0 != model.initial:
@@ -352,7 +435,11 @@ class GuardSession:
         if not available:
             return Decision(False, tool, None, state, permitted, f"no tool named {tool!r}")
         try:
-            action = self.abstraction.action(tool, arguments)
+            action = (
+                _known(action_known)
+                if action_known is not None
+                else self.abstraction.action(tool, arguments)
+            )
         except AbstractionFailed as exc:
             return Decision(False, tool, None, state, permitted, str(exc))
         if action == self.halt:
@@ -402,6 +489,13 @@ class GuardSession:
             self.audit_log.write(
                 {"time": time.time(), "session": self.session_id, "event": event, "reason": reason}
             )
+
+
+def _known(value: Any) -> Any:
+    """A value computed ahead, or the :class:`AbstractionFailed` it failed with, raised."""
+    if isinstance(value, AbstractionFailed):
+        raise value
+    return value
 
 
 def load_callable(spec: str, option: str) -> Callable[..., Any]:

@@ -1,0 +1,60 @@
+"""``safecert.shield.deadline.acall_with_deadline``: user code awaited on an event loop under a
+deadline, on the same reusable workers as the threaded form."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline
+
+
+def test_value_exception_and_deadline_and_the_loop_goes_on():
+    release = threading.Event()
+    ticks: list[int] = []
+
+    def hang() -> None:
+        release.wait(30)
+
+    def boom() -> None:
+        raise KeyError("phi broke")
+
+    async def main() -> None:
+        assert await acall_with_deadline(lambda x: x + 1, (41,), 5.0) == 42
+        with pytest.raises(KeyError, match="phi broke"):
+            await acall_with_deadline(boom, (), 5.0)
+
+        async def ticker() -> None:
+            for i in range(5):
+                ticks.append(i)
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            with pytest.raises(DeadlineExceeded):
+                await acall_with_deadline(hang, (), 0.3)
+            seen = list(ticks)
+        assert seen == [0, 1, 2, 3, 4]  # the loop ran while the hung call was awaited
+        assert await acall_with_deadline(lambda: "after", (), 5.0) == "after"
+
+    try:
+        anyio.run(main)
+    finally:
+        release.set()
+
+
+def test_cancelling_the_await_abandons_the_worker_and_the_next_call_works():
+    release = threading.Event()
+
+    async def main() -> None:
+        with anyio.move_on_after(0.2) as scope:
+            await acall_with_deadline(release.wait, (30,), 30.0)
+        assert scope.cancelled_caught
+        assert await acall_with_deadline(lambda: 7, (), 5.0) == 7
+
+    try:
+        anyio.run(main)
+    finally:
+        release.set()

@@ -93,7 +93,10 @@ _MEASURE_JS = """
       var up=t.parentElement;
       return !(up&&up.closest('.scroll')) && t.getBoundingClientRect().right>innerWidth+1;}).map(
       function(t){return t.tagName+'.'+t.className+' '+(t.textContent||'').slice(0,60);});
-    parent.postMessage(JSON.stringify({width:innerWidth,scroll_width:
+    var tables=Array.from(document.querySelectorAll('table')).filter(function(t){
+      return t.getBoundingClientRect().right>innerWidth+1;}).map(function(t){
+      return (t.id||t.className||'table')+' '+Math.round(t.getBoundingClientRect().right);});
+    parent.postMessage(JSON.stringify({width:innerWidth,tables:tables,scroll_width:
       document.documentElement.scrollWidth,broken:broken,brk:brk,wide:wide}),'*');
   }
   if(document.readyState==='complete') run(); else addEventListener('load',run);
@@ -110,6 +113,7 @@ class Layout:
     broken: list[dict]  # tokens laid out on more than one line (outside ``.brk`` spans)
     brk: list[str]  # the text of the spans allowed to break anywhere
     overflowing: list[str]  # elements past the viewport's right edge, not in a scrolling box
+    wide_tables: list[str]  # tables past the right edge even in a scrolling box (clipped on paper)
 
 
 def measure(page: Path, width: int, *, print_media: bool = False) -> Layout:
@@ -143,7 +147,9 @@ def measure(page: Path, width: int, *, print_media: bool = False) -> Layout:
         body = dom.find_all("body")[0]
         assert "data-layout" in body.attrs, done.stderr.decode()[-2000:]
         got = json.loads(body.attrs["data-layout"])
-        return Layout(got["width"], got["scroll_width"], got["broken"], got["brk"], got["wide"])
+        return Layout(
+            got["width"], got["scroll_width"], got["broken"], got["brk"], got["wide"], got["tables"]
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

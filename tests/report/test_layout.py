@@ -81,6 +81,8 @@ def test_no_number_word_or_badge_is_laid_out_on_two_lines(runs, which, width, pr
     assert layout.width == width
     assert layout.broken == [], layout.broken[:10]
     assert layout.overflowing == [], layout.overflowing[:10]  # wide tables scroll in their box
+    if print_media:
+        assert layout.wide_tables == []  # paper does not scroll: every table fits the line
     assert layout.brk, "the digests are long identifiers and may break"
     assert not [t for t in layout.brk if re.fullmatch(r"[-+]?[0-9.]+", t)]
 
@@ -222,3 +224,5 @@ def test_every_kind_of_page_reads_whole_at_every_width(other_pages, which, width
     layout = measure(other_pages[which], width, print_media=print_media)
     assert layout.broken == [], layout.broken[:10]
     assert layout.overflowing == [], layout.overflowing[:10]
+    if print_media:
+        assert layout.wide_tables == []

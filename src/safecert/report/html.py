@@ -52,7 +52,7 @@ table.sortable th{{cursor:pointer}} table.sortable th:after{{content:" ⇅";colo
 .heatmaps{{display:flex;flex-wrap:wrap;gap:1.2em}}
 .heatmap td{{text-align:center;min-width:4.5em}} .heatmap caption{{font-size:.85em;text-align:left}}
 .legend .pass,.legend .fail,.legend .warn,.legend .sq{{display:inline-block;padding:.1em .5em;margin-right:.5em}}
-code{{font-size:.85em}} img{{border:1px solid #ddd;margin:.5em 0;max-width:100%;height:auto}}
+code{{font-size:.85em}} img{{border:1px solid #ddd;margin:.5em 0;max-width:100%;height:auto;box-sizing:border-box}}
 .note{{color:#555;font-size:.9em}}
 footer.digest{{margin-top:2em;color:#555;font-size:.8em}}
 @media (max-width:40em){{
@@ -68,7 +68,7 @@ footer.digest{{margin-top:2em;color:#555;font-size:.8em}}
   .pass,.fail,.warn,.verdict,.banner{{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
   table.sortable th:after{{content:""}}
   .scroll{{overflow:visible}}
-  td,th{{padding:.15em .35em}}
+  td,th{{padding:.1em .25em;font-size:.8em}}
   .heatmap,img,figure,tr{{break-inside:avoid}} h2,h3{{break-after:avoid}}
   a{{color:#000;text-decoration:none}}
   footer.digest{{display:none}}

@@ -367,18 +367,48 @@ def test_http_upstream_death_restarts_with_backoff_healthz_follows_and_the_limit
     _assert_gone(_pids(work))
 
 
-def test_http_sigterm_exits_143_and_stops_the_upstream(work):
+def test_http_metrics_count_decisions_and_sigterm_exits_143(work):
     port = _free_port()
     proc = subprocess.Popen(
         _argv("--transport", "http", "--port", str(port)), cwd=work, env=_env(work),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+    async def session() -> list[bool]:
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
+            await s.initialize()
+            errors = []
+            for name in ("lookup_invoice", "no_such_tool", "lookup_invoice", "halt", "halt"):
+                res = await s.call_tool(name, {"invoice": "INV-001"} if name != "halt" else {})
+                errors.append(bool(res.is_error))
+            return errors
+
     try:
         _wait_for(lambda: _health(port)[0] == 200, "the gateway to be healthy")
+        errors = anyio.run(session)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
         proc.terminate()
         code = proc.wait(DEADLINE_S)
     finally:
         proc.kill()
         proc.wait(DEADLINE_S)
+    assert errors == [False, True, False, False, True]
+    counted = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line and not line.startswith("#")
+    }
+    calls = "safecert_shield_calls_total"
+    assert counted == {
+        f'{calls}{{outcome="forwarded",reason=""}}': 2,
+        f'{calls}{{outcome="blocked",reason="unknown_tool"}}': 1,
+        f'{calls}{{outcome="halt",reason=""}}': 1,
+        f'{calls}{{outcome="blocked",reason="session_ended"}}': 1,
+        "safecert_shield_upstream_restarts_total": 0,
+        "safecert_shield_upstream_up": 1,
+        "safecert_shield_sessions": 1,
+    }
     assert code == 143
     _assert_gone(_pids(work))

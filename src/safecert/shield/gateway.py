@@ -340,6 +340,7 @@ class Gateway:
     sessions: dict[int, tuple[Any, GuardSession]] = field(default_factory=dict)
     closing: bool = False  # set on SIGTERM/SIGINT: no new call is forwarded
     in_flight: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (outcome, reason) -> n
 
     @property
     def _names(self) -> set[str]:
@@ -411,12 +412,14 @@ class Gateway:
 
         gs = self._session(ctx)
         if gs is None:
+            self._count("blocked", "no_session")
             return text(
                 f"{BLOCKED_PREFIX}: no MCP session (the shield counts calls per session; "
                 "initialize a session first)",
                 True,
             )
         if self.closing:
+            self._count("blocked", "shutting_down")
             return text(f"{BLOCKED_PREFIX}: the gateway is shutting down; not forwarded", True)
         self.in_flight += 1
         try:
@@ -424,11 +427,37 @@ class Gateway:
         finally:
             self.in_flight -= 1
 
+    def _count(self, outcome: str, reason: str = "") -> None:
+        key = (outcome, reason)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def metrics(self) -> str:
+        """Counters in the Prometheus text format: ``tools/call`` requests by outcome
+        (``forwarded``, ``halt``, ``blocked`` by reason, ``upstream_error`` by cause), the
+        upstream's restarts, whether it is up, and the sessions seen."""
+        lines = [
+            "# HELP safecert_shield_calls_total tools/call requests by outcome and reason",
+            "# TYPE safecert_shield_calls_total counter",
+        ]
+        for (outcome, reason), n in sorted(self.counts.items()):
+            labels = f'outcome="{outcome}",reason="{reason}"'
+            lines.append(f"safecert_shield_calls_total{{{labels}}} {n}")
+        lines += [
+            "# TYPE safecert_shield_upstream_restarts_total counter",
+            f"safecert_shield_upstream_restarts_total {self.upstream.restarts}",
+            "# TYPE safecert_shield_upstream_up gauge",
+            f"safecert_shield_upstream_up {int(self.upstream.status == 'up')}",
+            "# TYPE safecert_shield_sessions gauge",
+            f"safecert_shield_sessions {len(self.sessions)}",
+        ]
+        return "\n".join(lines) + "\n"
+
     async def _guarded_call(self, gs: GuardSession, params: Any, text: Callable[..., Any]) -> Any:
         name, arguments = params.name, dict(params.arguments or {})
         if name != self.shield.halt and not await self.upstream.wait_up(
             self.upstream.start_timeout_s
         ):
+            self._count("blocked", "upstream_unavailable")
             return text(
                 f"{BLOCKED_PREFIX}: the upstream is {self.upstream.status}; not forwarded", True
             )
@@ -443,12 +472,30 @@ class Gateway:
             )
         except Exception as exc:  # the session has ended: executed or not is unknown
             why = "timed out" if isinstance(exc, TimeoutError) else _first_cause(exc)
+            self._count("upstream_error", "timeout" if why == "timed out" else type(exc).__name__)
             return text(f"upstream call failed ({why}); session ended", True)
         if isinstance(out, Decision):
             if not out.allowed:
+                self._count("blocked", _reason_kind(out.reason or ""))
                 return text(out.message(), True)
+            self._count("halt")
             return text(f"session halted after {gs.steps} executed calls", False)
+        self._count("forwarded")
         return out
+
+
+def _reason_kind(reason: str) -> str:
+    """A blocking reason as a metric label (the audit log keeps the full text)."""
+    for needle, kind in (
+        ("session ended", "session_ended"),
+        ("certified horizon", "horizon"),
+        ("no tool named", "unknown_tool"),
+        ("is forbidden in state", "forbidden"),
+        ("the session starts in", "not_initial"),
+    ):
+        if needle in reason:
+            return kind
+    return "abstraction_failed"
 
 
 @dataclass(frozen=True)
@@ -645,7 +692,7 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
     is not shutting down, else 503; JSON body with the upstream's state). Signals are ours, not
     uvicorn's (:func:`serve` sets ``should_exit``)."""
     import uvicorn
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route
 
     async def healthz(request: Any) -> Any:
@@ -661,9 +708,14 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
         }
         return JSONResponse(body, status_code=200 if up else 503)
 
-    app = gateway.server().streamable_http_app(
-        host=host, custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"])]
-    )
+    async def metrics(request: Any) -> Any:
+        return PlainTextResponse(gateway.metrics(), media_type="text/plain; version=0.0.4")
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    app = gateway.server().streamable_http_app(host=host, custom_starlette_routes=routes)
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

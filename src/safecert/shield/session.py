@@ -469,6 +469,7 @@ class GuardSession:
                 )
 
     def _audit(self, d: Decision) -> None:
+        _trace(d, self.session_id, self.steps)
         if self.audit_log is not None:
             self.audit_log.write(
                 {
@@ -489,6 +490,37 @@ class GuardSession:
             self.audit_log.write(
                 {"time": time.time(), "session": self.session_id, "event": event, "reason": reason}
             )
+
+
+_TRACER: list[Any] = []  # [tracer or None], resolved on first use
+
+
+def _trace(d: Decision, session_id: str, steps: int) -> None:
+    """One OpenTelemetry span per decision (``safecert.shield.decision``) when the
+    ``opentelemetry`` API is installed; the active tracer provider decides where it goes (the
+    API's default provider drops it). Nothing else depends on it."""
+    if not _TRACER:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            _TRACER.append(None)
+        else:
+            _TRACER.append(trace.get_tracer("safecert.shield"))
+    tracer = _TRACER[0]
+    if tracer is None:
+        return
+    attributes = {
+        "safecert.session": session_id,
+        "safecert.tool": d.tool,
+        "safecert.allowed": d.allowed,
+        "safecert.ends_session": d.ends_session,
+        "safecert.executed_calls": steps,
+    }
+    for key, value in (("state", d.state), ("action", d.action), ("reason", d.reason)):
+        if value is not None:
+            attributes[f"safecert.{key}"] = value
+    with tracer.start_as_current_span("safecert.shield.decision", attributes=attributes):
+        pass
 
 
 def _known(value: Any) -> Any:

@@ -29,8 +29,9 @@ class Check:
 @dataclass
 class VerificationReport:
     """What ``safecert verify`` found; ``ok`` only when every check matched (and there was one).
-    ``verdict``: the verdict the verified certificate states (None when its signature failed
-    and nothing else was read); it is what ``ok`` vouches for."""
+    ``verdict``: the verdict the certificate states (None when its signature failed and nothing
+    else was read). It is vouched for only when ``ok``: a forged certificate states what it
+    likes, so callers report it as *claimed* unless ``ok``."""
 
     kind: str
     checks: list[Check] = field(default_factory=list)

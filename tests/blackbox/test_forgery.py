@@ -173,10 +173,15 @@ def test_envelope_seed_that_disagrees_with_parameters(fixed):
     assert _verify(cert) == 1
 
 
-def test_flipped_verdict_only(fixed):
+def test_flipped_verdict_only(fixed, capsys):
     cert = fixed / "certificate.json"
     _edit(cert, lambda d: d.__setitem__("verdict", "PASS"))
     assert _verify(cert) == 1
+    capsys.readouterr()
+    # --json never states a forged verdict as the verdict: it is the claim, not verified
+    assert _verify(cert, "--json") == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["verdict"] is None and out["claimed_verdict"] == "PASS"
 
 
 def test_edited_oracle_failures_count(fixed):

@@ -150,7 +150,12 @@ def _junit(
                 "VERDICT",
             )
         )
-    props = {"kind": report.kind, "verdict": report.verdict, "ok": report.ok}
+    props = {
+        "kind": report.kind,
+        "verdict": report.verdict if report.ok else "not verified",
+        "claimed_verdict": report.verdict,
+        "ok": report.ok,
+    }
     write_junit(path, f"safecert verify {certificate}", cases, props)
 
 
@@ -167,7 +172,9 @@ def _print(
         emit_json(
             {
                 "kind": report.kind,
-                "verdict": verdict,
+                # only a verified verdict is stated as the verdict; a forged one is shown as claimed
+                "verdict": verdict if report.ok else None,
+                "claimed_verdict": verdict,
                 "ok": report.ok,
                 "signature_checked": signed,
                 "required": None if required is None else list(required),

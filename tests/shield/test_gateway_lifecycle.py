@@ -82,6 +82,7 @@ def work(tmp_path: Path, certificate: Path) -> Path:
     shutil.rmtree(work / "cert")
     shutil.copytree(certificate, work / "cert")
     (work / "flaky.py").write_text(FLAKY)
+    shutil.copy(PAYMENTS / "actions.toml", work / "actions.toml")
     return work
 
 
@@ -224,10 +225,10 @@ def test_stdio_signal_past_the_grace_period_stops_the_upstream(work):
 def test_stdio_client_closing_its_connection_exits_0(work):
     out: dict[str, object] = {}
 
-    async def main() -> None:
-        async with _stdio_gateway(work) as (proc, s):
+    async def main() -> None:  # the action map from the rules file (lookup_invoice → lookup)
+        async with _stdio_gateway(work, "--action-map", "actions.toml") as (proc, s):
             res = await s.call_tool("lookup_invoice", {"invoice": "INV-001"})
-            assert res.is_error is False
+            assert res.is_error is False, _text(res)
             await proc.stdin.aclose()
             out["code"] = await _exit_code(proc)
 

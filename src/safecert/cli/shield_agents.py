@@ -23,7 +23,9 @@ AbstractionOpt = Annotated[
 ActionMapOpt = Annotated[
     str | None,
     typer.Option(
-        "--action-map", help="MODULE:FUNC, (tool, arguments) -> action; default: the tool's name."
+        "--action-map",
+        help="MODULE:FUNC, (tool, arguments) -> action, or a rules file (*.toml, "
+        "safecert.shield.session.load_action_rules); default: the tool's name.",
     ),
 ]
 TimeoutOpt = Annotated[
@@ -34,13 +36,23 @@ TimeoutOpt = Annotated[
 ]
 
 
+def _action_map(spec: str | None):
+    from safecert.shield.session import load_action_rules, load_callable
+
+    if spec is None:
+        return None
+    if spec.endswith(".toml"):
+        return load_action_rules(Path(spec))
+    return load_callable(spec, "--action-map")
+
+
 def _abstraction(model, abstraction: str, action_map: str | None, timeout_s: float):
     from safecert.shield.session import Abstraction, check_timeout, load_callable
 
     return Abstraction(
         model,
         load_callable(abstraction, "--abstraction"),
-        load_callable(action_map, "--action-map") if action_map else None,
+        _action_map(action_map),
         check_timeout(timeout_s, "--abstraction-timeout"),
     )
 

@@ -1,0 +1,58 @@
+"""The declarative action map (``load_action_rules``): the payments rules file gives exactly the
+answers of the example's Python action map, and malformed files are refused with the rule named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from safecert.errors import ConfigError
+from safecert.shield.session import load_action_rules
+from tests.shield.payments_support import PAYMENTS, payments_phi
+
+RULES = load_action_rules(PAYMENTS / "actions.toml")
+PHI = payments_phi()
+
+
+@given(
+    tool=st.sampled_from(["pay", "lookup_invoice", "request_approval", "halt", "other"]),
+    amount=st.one_of(st.integers(-10, 5000), st.floats(0, 5000, allow_nan=False)),
+)
+def test_rules_file_equals_the_python_action_map(tool, amount):
+    arguments = {"invoice": "INV-001", "amount": amount}
+    assert RULES(tool, arguments) == PHI.action(tool, arguments)
+
+
+def test_conditions_and_first_match(tmp_path: Path):
+    path = tmp_path / "r.toml"
+    path.write_text(
+        '[[rule]]\ntool = "send"\nwhen = { to = { in = ["a@x", "b@x"] }, n = { le = 2 } }\n'
+        'action = "send_internal"\n[[rule]]\ntool = "send"\naction = "send_external"\n'
+    )
+    rules = load_action_rules(path)
+    assert rules("send", {"to": "a@x", "n": 2}) == "send_internal"
+    assert rules("send", {"to": "a@x", "n": 3}) == "send_external"
+    assert rules("send", {"to": "a@x"}) == "send_external"  # absent argument: condition fails
+    assert rules("send", {"to": "a@x", "n": "1"}) == "send_external"  # le holds for numbers only
+    assert rules("read", {}) == "read"
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('[[rule]]\ntool = "pay"\n', "rule 1"),
+        ('[[rule]]\ntool = "pay"\naction = "x"\nwhen = { amount = { about = 3 } }\n', "rule 1"),
+        ('[[rule]]\ntool = "pay"\naction = "x"\nextra = 1\n', "rule 1"),
+        ("rule = 3\n", "[[rule]]"),
+        ("not toml [", "cannot read"),
+    ],
+)
+def test_malformed_rules_are_refused(tmp_path: Path, text, needle):
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=None) as info:
+        load_action_rules(path)
+    assert needle in str(info.value)

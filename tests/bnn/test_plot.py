@@ -14,6 +14,14 @@ def _disk_like(r: float) -> ReluNetwork:
     return ReluNetwork([(w0, np.zeros(4)), (-np.ones((4, 1)), np.array([r]))])
 
 
+PROVED = np.array([0x8F, 0xD9, 0xC0]) / 255  # Okabe–Ito bluish green, light
+CANDIDATE = np.array([0xDD, 0xD5, 0xC7]) / 255  # neutral sand: nothing is claimed
+
+
+def _share(img: np.ndarray, colour: np.ndarray) -> float:
+    return float(np.all(np.abs(img - colour) < 0.04, axis=-1).mean())
+
+
 @pytest.mark.parametrize("system", ["lds", "pend"])
 def test_png_is_written_and_shows_the_invariant(tmp_path, system):
     import matplotlib.image as mpimg
@@ -21,14 +29,22 @@ def test_png_is_written_and_shows_the_invariant(tmp_path, system):
     bench = get_benchmark(system)
     g = _disk_like(0.8)
     cex = [(np.array([0.5, 0.2]), np.array([0.7, 0.3])), (np.array([-0.3, 0.1]), None)]
-    path = plot_invariant(tmp_path / "inv.png", bench, load_policy(system), g, cex)
+    path = plot_invariant(tmp_path / "inv.png", bench, load_policy(system), g, cex, proved=True)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     img = mpimg.imread(path)[..., :3]
-    green = np.all(np.abs(img - np.array([0x9F, 0xD8, 0x9F]) / 255) < 0.08, axis=-1)
-    orange = np.all(np.abs(img - np.array([0xF6, 0xC2, 0x8B]) / 255) < 0.08, axis=-1)
-    assert green.mean() > 0.005 and orange.mean() > 0.005  # both sides of g = 0 are drawn
-    red = (img[..., 0] > 0.7) & (img[..., 1] < 0.2) & (img[..., 2] < 0.2)
-    assert red.sum() > 10  # the counterexample markers
+    assert _share(img, PROVED) > 0.005 and _share(img, CANDIDATE) == 0
+    black = np.all(img < 0.1, axis=-1)
+    assert black.sum() > 10  # the boundary and the counterexample markers
+
+
+def test_an_unproved_candidate_is_never_filled_as_an_invariant(tmp_path):
+    """An UNKNOWN run's last candidate is drawn in neutral grey, dashed: nothing is claimed."""
+    import matplotlib.image as mpimg
+
+    bench = get_benchmark("lds")
+    path = plot_invariant(tmp_path / "c.png", bench, load_policy("lds"), _disk_like(0.8))
+    img = mpimg.imread(path)[..., :3]
+    assert _share(img, PROVED) == 0 and _share(img, CANDIDATE) > 0.005
 
 
 def test_only_two_dimensional_continuous_systems_are_plotted(tmp_path):
@@ -46,7 +62,7 @@ def test_an_unsafe_trajectory_is_drawn(tmp_path):
     args = (bench, load_policy("pend"), _disk_like(0.8))
     plain = mpimg.imread(plot_invariant(tmp_path / "plain.png", *args))[..., :3]
     drawn = mpimg.imread(plot_invariant(tmp_path / "path.png", *args, trajectory=path_xy))[..., :3]
-    purple = np.array([0x7B, 0x2C, 0xBF]) / 255
+    purple = np.array([0xCC, 0x79, 0xA7]) / 255  # Okabe–Ito reddish purple
     near = lambda img: np.all(np.abs(img - purple) < 0.1, axis=-1).sum()  # noqa: E731
     assert near(plain) == 0 and near(drawn) > 30
 
@@ -56,5 +72,4 @@ def test_no_candidate_no_invariant_drawn(tmp_path):
 
     bench = get_benchmark("pend")
     img = mpimg.imread(plot_invariant(tmp_path / "n.png", bench, load_policy("pend"), None))
-    green = np.all(np.abs(img[..., :3] - np.array([0x9F, 0xD8, 0x9F]) / 255) < 0.08, axis=-1)
-    assert green.sum() == 0
+    assert _share(img[..., :3], PROVED) == 0 and _share(img[..., :3], CANDIDATE) == 0

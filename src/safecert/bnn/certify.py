@@ -392,6 +392,7 @@ def certify_run(
             trajectory=ended.result.witness.path if ended and ended.result.witness else (),
             trajectory_label=f"unsafe at ε = {ended.epsilon}: no invariant" if ended else "",
             title=f"{problem.bench.name} at ε = {shown.epsilon}: {res.verdict}",
+            proved=res.verdict == "SAFE",
         )
     else:
         (out / PLOT_FILE).unlink(missing_ok=True)  # a previous run's picture is not this run's

@@ -44,6 +44,8 @@ PACKAGES: dict[str, str] = {
     "anyio": "anyio",
     "uvicorn": "uvicorn",
     "agents": "openai-agents",
+    "opentelemetry": "opentelemetry-api",
+    "starlette": "starlette",
 }
 
 _BLACKBOX = ("gymnasium", "mujoco", "onnxruntime", "httpx", "httpcore", "matplotlib", "PIL")
@@ -54,11 +56,12 @@ _SHIELD = ("matplotlib",)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "blackbox": _BLACKBOX,
     "shield": _SHIELD,
-    "agents": (*_SHIELD, "mcp", "mcp_types", "anyio", "uvicorn", "httpx", "agents"),
+    "agents": (*_SHIELD, "mcp", "mcp_types", "anyio", "uvicorn", "httpx", "agents", "starlette"),
     "bnn": ("torch", "highspy", "pyscipopt", "onnx", "matplotlib"),
     "torch": (*_BLACKBOX, "torch"),
     "sb3": (*_BLACKBOX, "torch", "stable_baselines3"),
     "ray": (*_BLACKBOX, "ray"),
+    "otel": ("opentelemetry",),
 }
 
 #: command path (as typed after ``safecert``) → the extra it needs

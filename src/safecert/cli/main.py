@@ -1,7 +1,9 @@
 """Entry point of the ``safecert`` command.
 
 Exit codes: 0 success; 1 a certificate does not hold or verification failed; 2 bad input or a
-missing optional dependency, reported as one line on stderr (never a traceback).
+missing optional dependency, reported as one line on stderr (never a traceback). ``shield serve``
+also exits 3 when its upstream died more often than ``--upstream-restarts``, and 128 + the signal
+(130 SIGINT, 143 SIGTERM) after a graceful stop (docs/agents.md).
 """
 
 from __future__ import annotations

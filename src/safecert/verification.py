@@ -31,11 +31,14 @@ class VerificationReport:
     """What ``safecert verify`` found; ``ok`` only when every check matched (and there was one).
     ``verdict``: the verdict the certificate states (None when its signature failed and nothing
     else was read). It is vouched for only when ``ok``: a forged certificate states what it
-    likes, so callers report it as *claimed* unless ``ok``."""
+    likes, so callers report it as *claimed* unless ``ok``. ``recomputed_verdict``: the verdict
+    the engine's checker re-derived from the parameters and evidence (None when it did not get
+    that far, e.g. a digest failed first)."""
 
     kind: str
     checks: list[Check] = field(default_factory=list)
     verdict: str | None = None
+    recomputed_verdict: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -47,6 +50,12 @@ class VerificationReport:
 
     def add(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks.append(Check(name, bool(ok), detail))
+
+    def verdict_check(self, recomputed: str, claimed: str) -> bool:
+        """The engine's re-derived verdict against the claimed one (kept as
+        ``recomputed_verdict``, so a report states both even when they differ)."""
+        self.recomputed_verdict = recomputed
+        return self.equal("verdict", recomputed, claimed)
 
     def equal(self, name: str, recomputed: Any, claimed: Any) -> bool:
         """Add a check that ``recomputed == claimed``; the detail shows both values."""

@@ -182,6 +182,7 @@ def test_flipped_verdict_only(fixed, capsys):
     assert _verify(cert, "--json") == 1
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and out["verdict"] is None and out["claimed_verdict"] == "PASS"
+    assert out["recomputed_verdict"] == "FAIL"
 
 
 def test_edited_oracle_failures_count(fixed):

@@ -175,6 +175,7 @@ def _print(
                 # only a verified verdict is stated as the verdict; a forged one is shown as claimed
                 "verdict": verdict if report.ok else None,
                 "claimed_verdict": verdict,
+                "recomputed_verdict": report.recomputed_verdict,
                 "ok": report.ok,
                 "signature_checked": signed,
                 "required": None if required is None else list(required),

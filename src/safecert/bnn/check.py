@@ -220,14 +220,19 @@ def policy_copy(cert: BnnCertificate, evidence: Evidence) -> tuple[FileDigest, P
             field="certificate.inputs.evidence",
             fix="regenerate the certificate with safecert",
         )
-    path = locate_evidence(entries[0], evidence)
+    return entries[0], _present(entries[0], evidence)
+
+
+def _present(entry: FileDigest, evidence: Evidence) -> Path:
+    """Where the evidence file ``entry`` is now; DataError when it is not there."""
+    path = locate_evidence(entry, evidence)
     if not path.is_file():
         raise DataError(
             f"{path} does not exist",
             field="evidence",
-            fix=f"keep {entries[0].path} next to the certificate or pass --data DIR",
+            fix=f"keep {entry.path} next to the certificate or pass --data DIR",
         )
-    return entries[0], path
+    return path
 
 
 def sigma_network(
@@ -246,13 +251,7 @@ def sigma_network(
             field="certificate.inputs",
             fix="regenerate the certificate with safecert",
         )
-    path = locate_evidence(entries[0], evidence)
-    if not path.is_file():
-        raise DataError(
-            f"{path} does not exist",
-            field="evidence",
-            fix=f"keep {entries[0].path} next to the certificate or pass --data DIR",
-        )
+    path = _present(entries[0], evidence)
     if report is not None:
         report.equal("sigma-copy is the sigma file", files[0].sha256, entries[0].sha256)
     return read_policy_file(path)

@@ -326,16 +326,20 @@ def load_policy_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork,
     or ``benchmark:NAME`` for a packaged policy. Returns the network and its file."""
     if cfg.policy.startswith("benchmark:"):
         return load_policy(cfg.policy.removeprefix("benchmark:")), None
-    path = Path(cfg.policy)
+    path = _input_file(cfg.policy, base, "policy", "give a policy file")
+    return read_policy_file(path), path
+
+
+def _input_file(name: str, base: Path | None, field: str, fix: str) -> Path:
+    """``name`` resolved against the config's folder; ConfigError on ``field`` when absent."""
+    path = Path(name)
     if not path.is_absolute() and base is not None:
         path = base / path
     if not path.is_file():
         raise ConfigError(
-            f"{path} does not exist",
-            field="policy",
-            fix=f"give a policy file ({', '.join(POLICY_SUFFIXES)})",
+            f"{path} does not exist", field=field, fix=f"{fix} ({', '.join(POLICY_SUFFIXES)})"
         )
-    return read_policy_file(path), path
+    return path
 
 
 def load_sigma_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork, Path] | None:
@@ -343,15 +347,9 @@ def load_sigma_network(cfg: BnnConfig, base: Path | None) -> tuple[ReluNetwork, 
     folder) and its path, or None when σ is given per layer."""
     if cfg.bayesian.sigma_file is None:
         return None
-    path = Path(cfg.bayesian.sigma_file)
-    if not path.is_absolute() and base is not None:
-        path = base / path
-    if not path.is_file():
-        raise ConfigError(
-            f"{path} does not exist",
-            field="bayesian.sigma_file",
-            fix=f"give a σ file shaped as the policy ({', '.join(POLICY_SUFFIXES)})",
-        )
+    path = _input_file(
+        cfg.bayesian.sigma_file, base, "bayesian.sigma_file", "give a σ file shaped as the policy"
+    )
     try:
         return read_policy_file(path), path
     except ConfigError as exc:

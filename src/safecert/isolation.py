@@ -155,15 +155,6 @@ class Channel:
             self._stderr = (self._stderr + data)[-_STDERR_TAIL:]
         return bool(data)
 
-    def start(self) -> bytes:
-        """Start the child now (with ``handshake``: return its ready line); ChannelFailure if it
-        cannot start or, with ``handshake``, does not say it is ready within the start-up grace."""
-        self._kill()
-        proc = self._start()
-        if self.handshake:
-            self.ready_line = self._exchange(proc, b"", STARTUP_GRACE_S)
-        return self.ready_line
-
     # -- one round trip -----------------------------------------------------------------------
     def round_trip(self, payload: bytes) -> bytes:
         """Send one request line (``payload`` without its newline); return the reply line."""

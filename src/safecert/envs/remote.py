@@ -90,9 +90,12 @@ class EnvHost:
             line = self.channel.round_trip(orjson.dumps(request, option=orjson.OPT_SERIALIZE_NUMPY))
         except ChannelFailure as exc:
             raise OracleFailure(f"environment: {exc.reason}") from None
-        ready = orjson.loads(self.channel.ready_line or b"{}")
-        if "error" in ready:
-            raise OracleFailure(f"environment: {ready['error']}")
+        if not self.channel.ready_line.startswith(b'{"ready"'):  # the factory failed to load
+            try:
+                why = str(orjson.loads(self.channel.ready_line).get("error", "not ready"))
+            except (orjson.JSONDecodeError, AttributeError):
+                why = "the environment worker's first line is not its ready line"
+            raise OracleFailure(f"environment: {why[:300]}")
         try:
             reply = orjson.loads(line)
         except orjson.JSONDecodeError:

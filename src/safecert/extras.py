@@ -46,10 +46,12 @@ PACKAGES: dict[str, str] = {
     "agents": "openai-agents",
     "opentelemetry": "opentelemetry-api",
     "starlette": "starlette",
+    "duckdb": "duckdb",
+    "pyarrow": "pyarrow",
 }
 
 _BLACKBOX = ("gymnasium", "mujoco", "onnxruntime", "httpx", "httpcore", "matplotlib", "PIL")
-_SHIELD = ("matplotlib",)
+_SHIELD = ("matplotlib", "duckdb", "pyarrow")
 
 #: extra → the modules it makes importable (an extra that includes another lists its modules too;
 #: ``tests/test_extras.py`` checks this table against pyproject.toml)
@@ -70,6 +72,7 @@ COMMANDS: dict[str, str] = {
     "rejudge": "blackbox",
     "shield synthesize": "shield",
     "shield certify": "shield",
+    "shield count": "shield",
     "shield serve": "agents",
     "bnn verify": "bnn",
     "bnn export": "bnn",

@@ -1,7 +1,9 @@
 """``safecert shield …``: certificates and least-restrictive shields from agent logs.
 
-Commands: ``certify`` (the bound V̄_T(s0) of a given shield, default the full one) and
-``synthesize`` (the least-restrictive shield meeting ε, plus its certificate). Both are built by
+Commands: ``certify`` (the bound V̄_T(s0) of a given shield, default the full one),
+``synthesize`` (the least-restrictive shield meeting ε, plus its certificate), ``plan`` (visits
+to collect per row for V̄_T(s0) ≤ ε; :mod:`safecert.shield.plan`) and ``count`` (logs → a
+mergeable count table; :mod:`safecert.shield.counts`). Both are built by
 :mod:`safecert.shield.certify` and write into ``--out``: ``certificate.json`` (kind "shield"),
 ``shield.json`` (every live state → permitted actions, the input format of ``certify --shield``),
 ``shield.md`` (readable table), ``model.toml`` (a copy, for ``safecert verify``) and, for models
@@ -45,6 +47,17 @@ app = typer.Typer(
 
 ModelOpt = Annotated[Path, typer.Option("--model", help="Model TOML (predicates, actions, ...).")]
 LogsOpt = Annotated[Path, typer.Option("--logs", help="Step log, JSON Lines.")]
+MaybeLogsOpt = Annotated[
+    Path | None, typer.Option("--logs", help="Step log, JSON Lines (or give --counts).")
+]
+CountsOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--counts",
+        help="Count table(s) from `safecert shield count` instead of --logs; repeat the option "
+        "for several (summed). Anytime sets only.",
+    ),
+]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 AnytimeOpt = Annotated[
@@ -116,8 +129,9 @@ def _busy(json_out: bool, what: str):
 @app.command()
 def certify(
     model_path: ModelOpt,
-    logs_path: LogsOpt,
     out: OutOpt,
+    logs_path: MaybeLogsOpt = None,
+    counts: CountsOpt = None,
     shield: Annotated[
         Path | None,
         typer.Option(
@@ -144,10 +158,10 @@ def certify(
     """
     from safecert.shield.certify import certify_shield
 
-    with _busy(json_out, f"certifying from {logs_path.name}"), as_flags("epsilon", "shield"):
+    with _busy(json_out, "certifying"), as_flags("epsilon", "shield", "logs", "counts"):
         run = certify_shield(
             model_path, logs_path, out, shield_path=shield, epsilon=epsilon, sign_key=sign_key,
-            anytime=anytime,
+            anytime=anytime, counts=counts,
         )  # fmt: skip
     _report(out)
     write_junit_for(junit, f"safecert shield certify {out}", run.certificate, "shield.certify")
@@ -159,9 +173,10 @@ def certify(
 @app.command()
 def synthesize(
     model_path: ModelOpt,
-    logs_path: LogsOpt,
     epsilon: Annotated[float, typer.Option(help="Risk budget ε for V̄_T(s0).")],
     out: OutOpt,
+    logs_path: MaybeLogsOpt = None,
+    counts: CountsOpt = None,
     method: Annotated[
         str, typer.Option(help="greedy (Alg. 1), additive, or robust_q (the sandbox variant).")
     ] = "greedy",
@@ -185,12 +200,12 @@ def synthesize(
     from safecert.shield.certify import synthesize_shield
 
     with (
-        _busy(json_out, f"synthesizing from {logs_path.name}"),
-        as_flags("epsilon", "method", "rho_min"),
+        _busy(json_out, "synthesizing"),
+        as_flags("epsilon", "method", "rho_min", "logs", "counts"),
     ):
         run = synthesize_shield(
             model_path, logs_path, out, epsilon=epsilon, method=method, rho_min=rho_min,
-            sign_key=sign_key, anytime=anytime,
+            sign_key=sign_key, anytime=anytime, counts=counts,
         )  # fmt: skip
     _report(out)
     _synthesis_junit(junit, out, run, allow_goal_unreachable)
@@ -225,6 +240,100 @@ def _synthesis_junit(junit: Path | None, out: Path, run: ShieldRun, allow: bool)
             )
         )
     write_junit(junit, f"safecert shield synthesize {out}", cases, certificate_properties(cert))
+
+
+@app.command()
+def plan(
+    model_path: ModelOpt,
+    epsilon: Annotated[float, typer.Option(help="Risk budget ε the plan aims V̄_T(s0) at.")],
+    logs_path: MaybeLogsOpt = None,
+    counts: CountsOpt = None,
+    shield: Annotated[
+        Path | None,
+        typer.Option(help="shield.json or a shield certificate.json; default: the full shield."),
+    ] = None,
+    anytime: AnytimeOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Which rows to log more, and how many more visits each, for V̄_T(s0) ≤ ε (at today's
+    empirical frequencies); exit 1 when ε is out of reach for this shield.
+
+    Example: safecert shield plan --model examples/payments/model.toml --logs examples/payments/steps.jsonl --epsilon 0.2 --anytime
+    """
+    from safecert.shield.plan import plan_shield
+
+    with as_flags("epsilon", "shield", "logs", "counts"):
+        result = plan_shield(
+            model_path, logs_path, epsilon, shield_path=shield, anytime=anytime, counts=counts
+        )
+    if json_out:
+        emit_json(result.to_json())
+    else:
+        rows = [
+            [r.state if isinstance(r.state, str) else _compact(r.state), r.action, r.have, r.need]
+            for r in result.rows
+            if r.need > 0
+        ]
+        console.print(table("rows to log more", ["state", "action", "have", "need"], rows))
+        console.print(f"[bold]V̄_T(s0) now[/]: {result.bound_now:.5f} ({result.confidence} sets)")
+        console.print(f"[bold]V̄_T(s0) if met[/]: {result.bound_if_met:.5f} (ε = {epsilon:g})")
+        untouched = sum(1 for r in result.rows if r.need == 0)
+        console.print(f"{untouched} of {len(result.rows)} rows need no more visits")
+    if not result.achievable:
+        _say(
+            f"ε = {epsilon:g} is out of reach for this shield (V̄ with plenty of visits: "
+            f"{result.bound_limit:.5f}); "
+            + (
+                "synthesize a stricter shield or raise --epsilon"
+                if result.confidence == "anytime"
+                else "raise the model's budget or use --anytime"
+            )
+        )
+        raise typer.Exit(1)
+
+
+def _compact(state: object) -> str:
+    """A predicate state as its true predicates ({a, b}; {} for none)."""
+    assert isinstance(state, dict)
+    return "{" + ", ".join(k for k, v in state.items() if v) + "}"
+
+
+@app.command()
+def count(
+    model_path: ModelOpt,
+    logs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Step logs (JSON Lines, Parquet) and count tables to merge.", show_default=False
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The count table to write (Parquet).")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Count step logs into a mergeable transition count table (out of core, DuckDB), for
+    `certify`/`synthesize`/`plan --counts` with anytime sets.
+
+    Example: safecert shield count --model examples/payments/model.toml examples/payments/steps.jsonl --out runs/counts.parquet
+    """
+    from safecert.shield.counts import count_logs, write_counts
+    from safecert.shield.model import load_model
+
+    model = load_model(model_path)
+    with _busy(json_out, f"counting {len(logs)} files"):
+        result = count_logs(model, logs)
+    write_counts(result, model, out)
+    summary = {
+        "out": str(out),
+        "steps": result.steps,
+        "episodes": result.episodes,
+        "transition_kinds": int((result.counts > 0).sum()),
+        "model_digest": result.digest,
+    }
+    if json_out:
+        emit_json(summary)
+    else:
+        for k, v in summary.items():
+            console.print(f"[bold]{k}[/]: {v}")
 
 
 if importlib.util.find_spec("safecert.cli.shield_diagnose") is not None:

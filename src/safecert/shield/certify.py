@@ -85,11 +85,27 @@ def verdict_for(bound: float, epsilon: float | None) -> Verdict:
 
 
 def load_inputs(
-    model_path: Path, logs_path: Path, *, anytime: bool = False
+    model_path: Path,
+    logs_path: Path | None,
+    *,
+    anytime: bool = False,
+    counts: list[Path] | None = None,
 ) -> tuple[ShieldModel, RowEstimates]:
-    """The model and its estimates (streaming the logs once): committed-budget, or every visit
-    when ``anytime`` or the model's ``anytime`` key is set (:func:`uses_anytime`)."""
+    """The model and its estimates: from the logs (streamed once) — committed-budget, or every
+    visit when ``anytime`` or the model's ``anytime`` key is set (:func:`uses_anytime`) — or from
+    count tables ``counts`` (summed; anytime sets only, :mod:`safecert.shield.counts`). Exactly
+    one of ``logs_path`` and ``counts`` is given."""
+    if (logs_path is None) == (not counts):
+        raise ConfigError(
+            "give either --logs or --counts", field="logs", fix="pass exactly one of them"
+        )
     model = load_model(model_path)
+    if counts:
+        from safecert.shield.counts import estimates_from_counts, merge
+
+        table = merge(model, [Path(c) for c in counts])
+        return model, estimates_from_counts(model, table, anytime=uses_anytime(model, anytime))
+    assert logs_path is not None
     return model, estimate(
         model, iter_steps(logs_path, model), anytime=uses_anytime(model, anytime)
     )
@@ -189,18 +205,21 @@ def read_shield(path: Path, model: ShieldModel, field: str = "--shield") -> dict
 
 def certify_shield(
     model_path: Path,
-    logs_path: Path,
+    logs_path: Path | None,
     out: Path,
     *,
     shield_path: Path | None = None,
     epsilon: float | None = None,
     sign_key: Path | None = None,
     anytime: bool = False,
+    counts: list[Path] | None = None,
 ) -> ShieldRun:
     """Certify a given shield (default: the full shield): V̄_T(s0) with confidence 1 − δ, verdict
     PASS/FAIL against ``epsilon``, or BOUND without one. Live states the shield omits are
     certified halt-only, and the certificate records the complete shield. ``anytime``:
-    time-uniform sets on every logged visit (also when the model says ``anytime = true``)."""
+    time-uniform sets on every logged visit (also when the model says ``anytime = true``).
+    ``counts``: count tables instead of ``logs_path`` (:mod:`safecert.shield.counts`; anytime
+    only); the certificate records each table's digest (role ``counts``)."""
     if epsilon is not None and not 0 <= epsilon <= 1:
         raise ConfigError(f"must be in [0, 1], got {epsilon}", field="epsilon")
     _check_sign_key(sign_key)
@@ -211,7 +230,7 @@ def certify_shield(
             field="shield",
             fix="choose another --out",
         )
-    model, est = load_inputs(model_path, logs_path, anytime=anytime)
+    model, est = load_inputs(model_path, logs_path, anytime=anytime, counts=counts)
     missing: list[str] = []
     if shield_path is None:
         allowed = full_shield(model)
@@ -223,14 +242,14 @@ def certify_shield(
     result = build_result(
         model, est, allowed, epsilon=epsilon, method="given", fallback_all_halt=None
     )
-    files = _input_digests(model_path, logs_path, shield_path)
+    files = _input_digests(model_path, logs_path, shield_path, counts)
     params = CertifyParameters(command="certify", epsilon=epsilon, anytime=est.anytime)
     return _write(out, model_path, model, est, allowed, result, params, files, missing, sign_key)
 
 
 def synthesize_shield(
     model_path: Path,
-    logs_path: Path,
+    logs_path: Path | None,
     out: Path,
     *,
     epsilon: float,
@@ -238,6 +257,7 @@ def synthesize_shield(
     rho_min: float = 1e-3,
     sign_key: Path | None = None,
     anytime: bool = False,
+    counts: list[Path] | None = None,
 ) -> ShieldRun:
     """Synthesize the least-restrictive shield with V̄_T(s0) ≤ ε (Alg. 1 and variants; Cor. 2:
     no sample splitting) and certify it; the verdict is PASS by construction."""
@@ -250,7 +270,7 @@ def synthesize_shield(
     if method not in METHODS:
         raise ConfigError(f"unknown method {method!r}", field="method", fix=f"use {METHODS}")
     _check_sign_key(sign_key)
-    model, est = load_inputs(model_path, logs_path, anytime=anytime)
+    model, est = load_inputs(model_path, logs_path, anytime=anytime, counts=counts)
     res = synthesize(model, est, epsilon, method=method, rho_min=rho_min)
     allowed = complete_shield(model, res.allowed)
     params = SynthesizeParameters(
@@ -268,7 +288,7 @@ def synthesize_shield(
         method=params.method,
         fallback_all_halt=res.fallback_all_halt,
     )
-    files = _input_digests(model_path, logs_path, None)
+    files = _input_digests(model_path, logs_path, None, counts)
     notes = {"fallback": "greedy lost the goal; additive kept it"} if res.fell_back_to else {}
     return _write(out, model_path, model, est, allowed, result, params, files, [], sign_key, notes)
 
@@ -290,9 +310,14 @@ def _check_sign_key(sign_key: Path | None) -> None:
         load_private_key(Path(sign_key))
 
 
-def _input_digests(model_path: Path, logs_path: Path, shield_path: Path | None) -> list[FileDigest]:
+def _input_digests(
+    model_path: Path, logs_path: Path | None, shield_path: Path | None, counts: list[Path] | None
+) -> list[FileDigest]:
     root = Path.cwd()
-    files = [file_digest("model", model_path, root), file_digest("logs", logs_path, root)]
+    files = [file_digest("model", model_path, root)]
+    if logs_path is not None:
+        files.append(file_digest("logs", logs_path, root))
+    files += [file_digest("counts", Path(c), root) for c in counts or []]
     if shield_path is not None:
         files.append(file_digest("shield", shield_path, root))
     return files

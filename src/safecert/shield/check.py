@@ -5,7 +5,8 @@ Nothing is taken from ``result``; the claim is re-derived from ``parameters`` an
 * **digests** — every file in ``inputs`` is re-hashed (:func:`check_file_digests`): the original
   model and logs (and a given ``--shield``) under ``inputs.root`` (or ``--inputs DIR``), the model
   copy and ``shield.json`` next to the certificate (or in ``--data DIR``); the logs are looked for
-  at ``--logs``, then by name in ``--data``, at the recorded path, then next to the certificate.
+  at ``--logs``, then by name in ``--data``, at the recorded path, then next to the certificate;
+  count tables (role ``counts``, instead of logs) at their recorded paths (or under ``--inputs``).
   The model copy's recorded digest must equal the original model's.
 * **model** — T, δ, η, s0, the unsafe and goal sets, K(s,a) and the budgets n0 come from the model
   copy; ε (or none) from ``parameters``.
@@ -13,7 +14,7 @@ Nothing is taken from ``result``; the claim is re-derived from ``parameters`` an
   halt-only, as the runtime guard treats it) and equal ``result.allowed``; halt must be permitted
   in every state of ``result.allowed``. For ``synthesize`` the synthesizer is re-run with the
   recorded method, ε and ρ_min and must return the same shield.
-* **result** — the logs are streamed again into the committed-budget estimates (or, for an anytime
+* **result** — the logs (or the count tables, summed: anytime only) are streamed again into the committed-budget estimates (or, for an anytime
   certificate — ``parameters.anytime`` or the model copy's ``anytime`` — every visit), the confidence
   sets rebuilt and robust value iteration re-run; the whole expected ``result`` is rebuilt with
   the builder that wrote it (:func:`safecert.shield.certify.build_result`) and compared path by
@@ -30,6 +31,7 @@ from safecert.audit import Evidence, check_file_digests, locate_evidence, locate
 from safecert.certificate import Certificate, FileDigest, ShieldCertificate, sha256_file
 from safecert.errors import DataError, SafecertError
 from safecert.shield.certify import build_result, complete_shield, uses_anytime, verdict_for
+from safecert.shield.counts import estimates_from_counts, merge
 from safecert.shield.estimate import estimate
 from safecert.shield.logs import iter_steps
 from safecert.shield.model import load_model
@@ -46,16 +48,19 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
     report = VerificationReport("shield")
     report.equal("seed (a shield certificate draws nothing at random)", None, cert.seed)
     model_entry = _entry(cert.inputs.files, "model", "files")
-    logs_entry = _entry(cert.inputs.files, "logs", "files")
+    count_entries = [e for e in cert.inputs.files if e.role == "counts"]
+    logs_entry = None if count_entries else _entry(cert.inputs.files, "logs", "files")
     copy_entry = _entry(cert.inputs.evidence, "model-copy", "evidence")
     shield_entry = _entry(cert.inputs.evidence, "shield", "evidence")
-    logs_path = _find_logs(cert, logs_entry, evidence)
+    logs_path = None if logs_entry is None else _find_logs(cert, logs_entry, evidence)
 
-    # digests: every input and evidence file; the logs where they were found
+    # digests: every input and evidence file (count tables under inputs.root or --inputs); the
+    # logs where they were found
     others = [e for e in cert.inputs.files if e is not logs_entry]
     inputs = cert.inputs.model_copy(update={"files": others})
     check_file_digests(cert.model_copy(update={"inputs": inputs}), evidence, report)
-    report.equal(f"logs sha256 ({logs_path})", sha256_file(logs_path), logs_entry.sha256)
+    if logs_entry is not None and logs_path is not None:
+        report.equal(f"logs sha256 ({logs_path})", sha256_file(logs_path), logs_entry.sha256)
     report.equal("model copy sha256 = model sha256", copy_entry.sha256, model_entry.sha256)
 
     try:
@@ -64,9 +69,13 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
         report.add("model copy", False, str(exc))
         return report
     try:
-        est = estimate(
-            model, iter_steps(logs_path, model), anytime=uses_anytime(model, params.anytime)
-        )
+        if logs_path is None:
+            table = merge(model, [locate_input(cert, e, evidence) for e in count_entries])
+            est = estimates_from_counts(model, table, anytime=uses_anytime(model, params.anytime))
+        else:
+            est = estimate(
+                model, iter_steps(logs_path, model), anytime=uses_anytime(model, params.anytime)
+            )
     except SafecertError as exc:
         report.add("logs", False, str(exc))
         return report

@@ -46,7 +46,7 @@ from safecert.blackbox.result import (
     Rejudged,
 )
 from safecert.blackbox.spec import cost_expression, goal_expression
-from safecert.blackbox.store import EpisodeStore
+from safecert.blackbox.store import EpisodeStore, open_run_store
 from safecert.certificate import BlackboxCertificate, make_certificate, write_certificate
 from safecert.document import FileDigest, Inputs
 from safecert.errors import ConfigError
@@ -54,41 +54,16 @@ from safecert.events import Events
 
 
 def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
-    """The run's store; a fresh run refuses a folder that already holds episodes, and a resumed
-    run refuses to continue when any input file's digest differs from the first run's (one cell
-    must never mix two policies)."""
-    store = EpisodeStore(Path(out_dir) / "episodes.sqlite")
-    previous = store.get_meta("inputs")
-    if previous is not None and not resume and store.count() > 0:
-        store.close()
-        raise ConfigError(
-            f"{out_dir} already holds a run",
-            field="out",
-            fix="pass --resume to continue it, or choose a new --out folder",
-        )
-    if previous is not None:
-        changed = _changed_inputs(previous, plan.inputs)
-        if changed:
-            store.close()
-            raise ConfigError(
-                f"{changed} changed since this run started",
-                field="resume",
-                fix="restore it, or start a new --out folder",
-            )
-    store.set_meta("inputs", [d.model_dump(mode="json") for d in plan.inputs])
-    store.set_meta("config_path", str(plan.config_path))
-    return store
-
-
-def _changed_inputs(previous: list[dict[str, Any]], now: Sequence[FileDigest]) -> str | None:
-    """The first input (role and path) whose digest differs, appeared or disappeared."""
-    before = {(d["role"], d["path"]): d["sha256"] for d in previous}
-    after = {(d.role, d.path): d.sha256 for d in now}
-    for key in sorted(set(before) | set(after)):
-        if before.get(key) != after.get(key):
-            what = "is new" if key not in before else "is gone" if key not in after else ""
-            return f"the {key[0]} file {key[1]}" + (f" ({what})" if what else "")
-    return None
+    """The run's store (:func:`safecert.blackbox.store.open_run_store`): a store without
+    episodes starts afresh; one with episodes is refused unless ``resume`` is given with the
+    config that started it and every input file's digest unchanged (one cell must never mix two
+    policies)."""
+    return open_run_store(
+        Path(out_dir) / "episodes.sqlite",
+        [d.model_dump(mode="json") for d in plan.inputs],
+        plan.config_path,
+        resume=resume,
+    )
 
 
 def make_context(plan: RunPlan, store: EpisodeStore) -> RunContext:

@@ -37,6 +37,9 @@ _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=Fal
 #: beyond these a run is absurd on any machine (limits are stated in the error)
 MAX_EPISODES = 10_000_000
 MAX_TIMEOUT_S = 86_400.0
+#: grid cells a run may hold: every cell is checked and built before the first episode, and each is
+#: judged at δ/M, so a grid beyond this is a typo (a generated level list) rather than a plan
+MAX_CELLS = 10_000
 Level = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -118,6 +121,19 @@ class Kpis(BaseModel):
     cost: KpiRange | None = None
     steps: KpiRange | None = None
 
+    @model_validator(mode="after")
+    def _finite_spans(self) -> Kpis:
+        for name, kpi in (("return", self.return_), ("cost", self.cost), ("steps", self.steps)):
+            if kpi is not None and not math.isfinite(kpi.upper - kpi.lower):
+                raise ConfigError(
+                    f"the span upper - lower of [{kpi.lower:g}, {kpi.upper:g}] overflows to inf, "
+                    "so its Hoeffding bound would have no finite width",
+                    field=f"kpis.{name}",
+                    fix="declare the range the statistic can really take (e.g. the return of "
+                    "max_steps steps at the largest reward per step)",
+                )
+        return self
+
 
 class NoiseAxis(BaseModel):
     """Observation or action perturbation: kind and levels (fraction of each dimension's range)."""
@@ -163,6 +179,40 @@ def _check_bounds(value: list[list[float]] | None, field: str) -> None:
     for i, (lo, hi) in enumerate(value or ()):
         if not lo < hi:
             raise ValueError(f"[{lo}, {hi}] at {field}[{i}]: lo must be smaller than hi")
+        if not math.isfinite(hi - lo):
+            raise ConfigError(
+                f"the span hi - lo of [{lo:g}, {hi:g}] overflows to inf, so a noise level (a "
+                "fraction of the span) would be infinite",
+                field=f"envelope.{field}[{i}]",
+                fix="declare the range the dimension really takes",
+            )
+
+
+def grid_size(envelope: Envelope) -> int:
+    """The number of grid cells: the product of the axes' distinct level counts (as
+    :func:`safecert.blackbox.grid.axes` lists them), computed without building the grid."""
+    counts = [
+        len(set(axis.levels))
+        for axis in (
+            envelope.obs_noise,
+            envelope.act_noise,
+            envelope.delay,
+            envelope.random_dynamics,
+            envelope.layout,
+        )
+        if axis is not None
+    ]
+    if envelope.dynamics is not None:
+        counts += [
+            len(set(levels))
+            for levels in (
+                envelope.dynamics.mass,
+                envelope.dynamics.friction,
+                envelope.dynamics.damping,
+            )
+            if levels is not None
+        ]
+    return math.prod(counts)
 
 
 class Envelope(BaseModel):
@@ -211,6 +261,16 @@ class Envelope(BaseModel):
             )
         if self.reference_policy is not None and self.obs_ranges != "estimate":
             raise ValueError('reference_policy is only used with obs_ranges = "estimate"')
+        cells = grid_size(self)
+        if cells > MAX_CELLS:
+            raise ConfigError(
+                f"the grid has {cells:,} cells (the product of the axes' level counts), more than "
+                f"the {MAX_CELLS:,} a run may hold",
+                field="envelope",
+                fix="list fewer levels per axis (each cell is judged at (1 - confidence) / M, so "
+                "a larger grid also needs more episodes per cell), or split the envelope into "
+                "several runs",
+            )
         return self
 
 
@@ -245,6 +305,19 @@ class RunConfig(BaseModel):
     envelope: Envelope = Field(default_factory=lambda: Envelope.model_validate({}))
     adversary: Adversary = Field(default_factory=lambda: Adversary.model_validate({}))
     sequential: dict[str, Any] | None = None  # interpreted by safecert.blackbox.sequential
+
+    @field_validator("env_kwargs")
+    @classmethod
+    def _headless(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if "render_mode" in value:
+            raise ConfigError(
+                f"render_mode = {value['render_mode']!r} is not accepted: certification never "
+                "renders (episodes run headless in worker processes, and a window or a frame per "
+                "step would only slow them down or need a display and pygame)",
+                field="env_kwargs.render_mode",
+                fix="remove render_mode from env_kwargs",
+            )
+        return value
 
 
 def certified_parameters(config: RunConfig) -> dict[str, Any]:

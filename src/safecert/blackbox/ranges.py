@@ -83,7 +83,18 @@ def _ranges(
     source: str,
     reference: str | None,
 ) -> dict[str, Any]:
-    span = hi - lo
+    with np.errstate(over="ignore", invalid="ignore"):
+        span = hi - lo
+    overflow = np.flatnonzero(~np.isfinite(span))
+    if overflow.size:
+        i = int(overflow[0])
+        raise ConfigError(
+            f"the {source} range of observation dimension {i}, [{lo[i]:g}, {hi[i]:g}], spans more "
+            f"than a float holds ({overflow.size} dimension{'s' * (overflow.size > 1)} like it), "
+            "so a noise level (a fraction of the span) would be infinite",
+            field="envelope.obs_ranges",
+            fix="declare obs_ranges = [[lo, hi], ...] with the range each dimension really takes",
+        )
     span = np.where(span > 0, span, 1.0)
     return {
         "range": span.tolist(),

@@ -4,7 +4,8 @@ Each stored record keeps the episode's total cost and its goal flag, which is al
 failure F = ¬Goal ∨ cost > d needs (CORE-RL Appendix E), so the counts, bounds, decisions and
 verdict are recomputed from ``episodes.sqlite`` with the same code as the original run
 (:func:`safecert.blackbox.judge.judge_run`). The new certificate records what it was re-judged from
-(``result.rejudged``); ``safecert verify`` finds the store in the run folder above it.
+(``result.rejudged``); ``safecert verify`` finds the store in the run folder above it. The
+store is opened read-only: re-judging never changes the evidence.
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def rejudge(
     config = parse_model(RunConfig, params, prefix="parameters")
     res = cert.result
     with EpisodeStore(run_dir / "episodes.sqlite", create=False) as store:
+        if store.count() == 0:
+            raise DataError(
+                f"{run_dir / 'episodes.sqlite'} holds no episode, so there is nothing to re-judge",
+                field="episodes.sqlite",
+                fix="pass the folder of a finished safecert certify run, or rerun safecert certify",
+            )
         verdict, result = blackbox_result(
             config,
             Family.of(config.envelope, config.spec.confidence),

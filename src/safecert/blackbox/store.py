@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from safecert.blackbox.jobs import EpisodeRecord
-from safecert.errors import DataError
+from safecert.errors import ConfigError, DataError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -66,18 +66,22 @@ def _shown(value: object) -> str:
 
 
 class EpisodeStore:
-    """Append-only store of episode records (context manager; closes on exit)."""
+    """Append-only store of episode records (context manager; closes on exit).
+
+    ``create=True`` (a run writing its episodes) creates the file and the schema if needed and
+    opens it in WAL mode. ``create=False`` (``rejudge``, ``verify``, reports, ``--replay``) opens
+    an existing store **read-only** (SQLite ``mode=ro``, no pragma, no schema): reading never
+    changes the evidence file, and a file without our tables — an empty file, another database —
+    is one :class:`DataError` line saying what it holds and how to get a store.
+    """
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
         path = Path(path)
-        if not create and not path.is_file():
-            raise DataError(
-                f"{path} does not exist",
-                field="episodes.sqlite",
-                fix="pass the folder of a safecert certify run",
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        if not create:
+            self._db = self._open_read_only(path)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(path, timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -85,8 +89,45 @@ class EpisodeStore:
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise DataError(
-                f"{path} is not an episode store ({exc})", field="episodes.sqlite"
+                f"{path} is not an episode store ({exc})",
+                field="episodes.sqlite",
+                fix="choose a new --out folder, or remove the file if it is not a run's store",
             ) from None
+
+    @staticmethod
+    def _open_read_only(path: Path) -> sqlite3.Connection:
+        if not path.is_file():
+            raise DataError(
+                f"{path} does not exist",
+                field="episodes.sqlite",
+                fix="pass the folder of a safecert certify run",
+            )
+        fix = "pass the folder of a finished safecert certify run, or rerun safecert certify"
+        if path.stat().st_size == 0:
+            raise DataError(
+                f"{path} is an empty file, not an episode store", field="episodes.sqlite", fix=fix
+            )
+        # a store whose writer closed cleanly has no -wal file: all of it is in the main file,
+        # which is then opened immutable (no lock, no -shm/-wal files created beside it); a -wal
+        # file left by a crashed or running writer holds committed rows, so it is read through
+        wal = path.with_name(path.name + "-wal").exists()
+        query = "mode=ro" if wal else "mode=ro&immutable=1"
+        try:
+            db = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, timeout=30.0)
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        except sqlite3.DatabaseError as exc:
+            raise DataError(
+                f"{path} is not an episode store ({exc})", field="episodes.sqlite", fix=fix
+            ) from None
+        missing = sorted({"episodes", "meta"} - tables)
+        if missing:
+            db.close()
+            raise DataError(
+                f"{path} has no {' or '.join(missing)} table, so it is not an episode store",
+                field="episodes.sqlite",
+                fix=fix,
+            )
+        return db
 
     def add(self, records: Iterable[EpisodeRecord]) -> int:
         """Insert records in one transaction; returns how many were new."""
@@ -194,6 +235,11 @@ class EpisodeStore:
                 (key, json.dumps(value, sort_keys=True)),
             )
 
+    def clear_meta(self) -> None:
+        """Forget every meta value (a store without episodes starting a run afresh)."""
+        with self._db:
+            self._db.execute("DELETE FROM meta")
+
     def close(self) -> None:
         self._db.close()
 
@@ -202,3 +248,77 @@ class EpisodeStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_run_store(
+    path: Path, inputs: list[dict[str, Any]], config_path: Path, *, resume: bool
+) -> EpisodeStore:
+    """The store a run writes into, after checking that it may: one cell must never mix episodes
+    of two policies or two configs.
+
+    - A store with no episode yet (new, or left by a run whose pre-run check failed) is started
+      afresh: its meta (inputs, config path, estimated ranges) is cleared, whatever config wrote it.
+    - A store with episodes is refused without ``resume``; with ``resume`` it continues only with
+      the config file that started it and with every input file's digest unchanged.
+
+    ``inputs`` are the run's input digests (``FileDigest.model_dump(mode="json")``), recorded in
+    the store's meta with ``config_path``. Raises :class:`ConfigError` naming ``out`` or
+    ``resume``, which says which file differs and what to do.
+    """
+    store = EpisodeStore(path)
+    try:
+        _admit(store, inputs, Path(config_path).resolve(), resume=resume)
+        store.set_meta("inputs", inputs)
+        store.set_meta("config_path", str(Path(config_path).resolve()))
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _admit(
+    store: EpisodeStore, inputs: list[dict[str, Any]], config_path: Path, *, resume: bool
+) -> None:
+    stored = store.count()
+    if stored == 0:
+        store.clear_meta()
+        return
+    out = store.path.parent
+    if not resume:
+        raise ConfigError(
+            f"{out} already holds a run ({stored} episodes stored)",
+            field="out",
+            fix="pass --resume to continue it, or choose a new --out folder",
+        )
+    started = store.get_meta("config_path")
+    if started is not None and Path(started) != config_path:
+        gone = "" if Path(started).is_file() else " (no longer on disk)"
+        raise ConfigError(
+            f"this run was started with the config {started}{gone}, and --resume was given "
+            f"{config_path}",
+            field="resume",
+            fix=f"resume with the config that started it: safecert certify {started} --out "
+            f"{out} --resume, or run {config_path.name} into a new --out folder",
+        )
+    previous = store.get_meta("inputs")
+    changed = None if previous is None else changed_input(previous, inputs)
+    if changed is not None:
+        raise ConfigError(
+            f"{changed} since this run started ({stored} episodes stored under the old one)",
+            field="resume",
+            fix="restore it to resume, or start a new --out folder to run the changed inputs",
+        )
+
+
+def changed_input(previous: list[dict[str, Any]], now: list[dict[str, Any]]) -> str | None:
+    """The first input (role and path) whose digest differs, appeared or disappeared, in words."""
+    before = {(d["role"], d["path"]): d["sha256"] for d in previous}
+    after = {(d["role"], d["path"]): d["sha256"] for d in now}
+    for role, name in sorted(set(before) | set(after)):
+        if (role, name) not in before:
+            return f"the {role} file {name} is new"
+        if (role, name) not in after:
+            return f"the {role} file {name} is no longer an input"
+        if before[role, name] != after[role, name]:
+            return f"the {role} file {name} changed"
+    return None

@@ -6,6 +6,14 @@ recursive-descent parser build a tree that is compiled once into closures; evalu
 up in a scope mapping. Anything malformed, too long or too deeply nested, or naming a name or
 function outside the allowed set, raises :class:`ConfigError` naming the field at parse time.
 
+Guarantee on resources: a chain of operators of one precedence level (``a + b + …``,
+``x[0][1]…``, ``a and b and …``) compiles to one loop, so parsing and evaluation use Python frames
+in proportion to the *nesting* (parentheses, unary operators, calls, indices: at most
+:data:`MAX_DEPTH` levels), never to the length — a 10,000-character chain cannot raise
+``RecursionError``. Evaluation runs under ``numpy.errstate`` raising on overflow, invalid
+operations and division by zero, so ``10**10**10``, ``sqrt(-1)`` or ``log(0)`` is one
+:class:`EvalError` and no numpy warning reaches the user.
+
 Grammar (precedence as in Python, lowest first)::
 
     or      := and (('or' | '||' | '|') and)*
@@ -140,9 +148,14 @@ class Expression:
     subscripts: frozenset[tuple[str, Any]] = frozenset()
 
     def evaluate(self, scope: Scope) -> Any:
-        """The value on ``scope`` (names → values); :class:`EvalError` when it cannot be had."""
+        """The value on ``scope`` (names → values); :class:`EvalError` when it cannot be had.
+
+        Floating-point overflow, an invalid operation (``sqrt(-1)``) and division by zero
+        (``log(0)``) are EvalErrors naming the operation, never a numpy warning; underflow to 0
+        is not an error."""
         try:
-            return self._run(scope)
+            with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+                return self._run(scope)
         except EvalError:
             raise
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
@@ -294,11 +307,13 @@ class _Parser:
         return compare
 
     def _binary_chain(self, sub: Callable[[], Compiled], table: dict[str, Any]) -> Compiled:
-        run = sub()
+        """``a op b op c …`` as one left fold: evaluation depth does not grow with the chain."""
+        first = sub()
+        rest: list[tuple[Callable[[Any, Any], Any], Compiled]] = []
         while self.peek() in table:
-            fn, left, right = table[self.take()], run, sub()
-            run = _binary(fn, left, right)
-        return run
+            fn = table[self.take()]
+            rest.append((fn, sub()))
+        return first if not rest else _fold(first, rest)
 
     def p_sum(self) -> Compiled:
         return self._binary_chain(self.p_product, {"+": _ARITH["+"], "-": _ARITH["-"]})
@@ -324,18 +339,23 @@ class _Parser:
         return base
 
     def p_postfix(self) -> Compiled:
+        """``atom [i] .get(k, d) [j] …`` as one loop over the steps (no closure per step)."""
         run = self.atom()
+        label = self._describe(run)
+        steps: list[Callable[[Any, Scope], Any]] = []
         while self.peek() in ("[", "."):
             if self.take() == "[":
                 start = self.pos
-                owner, index = run, self.nested(self.p_or)
+                index = self.nested(self.p_or)
                 self.expect("]")
                 literal = self.toks[start] if self.pos - start == 2 else None
-                if literal is not None and hasattr(owner, "label") and owner.label in self.names:
-                    value = literal[1:-1] if literal[0] in "\"'" else _int_or_none(literal)
-                    if value is not None:
-                        self.subscripts.add((owner.label, value))
-                run = _subscript(owner, index, self._describe(owner))
+                if literal is not None and not steps and hasattr(run, "label"):
+                    if run.label in self.names:
+                        value = literal[1:-1] if literal[0] in "\"'" else _int_or_none(literal)
+                        if value is not None:
+                            self.subscripts.add((run.label, value))
+                steps.append(_subscript(index, label))
+                label = _shorter(f"{label}[…]")
             else:
                 method = self.take()
                 if method != "get":
@@ -353,8 +373,9 @@ class _Parser:
                 self.take()
                 default = self.nested(self.p_or)
                 self.expect(")")
-                run = _get(run, key, default)
-        return run
+                steps.append(_get(key, default))
+                label = _shorter(f"{label}.get(…)")
+        return run if not steps else _chain(run, steps)
 
     def _describe(self, run: Compiled) -> str:
         return getattr(run, "label", "value")
@@ -413,6 +434,11 @@ class _Parser:
         return lambda scope: fn(*(a(scope) for a in args))
 
 
+def _shorter(label: str, limit: int = 60) -> str:
+    """A message's name for a value: long chains keep their start (bounded, not quadratic)."""
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
 def _int_or_none(token: str) -> int | None:
     try:
         return int(token)
@@ -440,9 +466,32 @@ def _binary(fn: Callable[[Any, Any], Any], left: Compiled, right: Compiled) -> C
     return lambda scope: fn(left(scope), right(scope))
 
 
-def _subscript(owner: Compiled, index: Compiled, label: str) -> Compiled:
+def _fold(first: Compiled, rest: list[tuple[Callable[[Any, Any], Any], Compiled]]) -> Compiled:
     def run(scope: Scope) -> Any:
-        obj, key = owner(scope), index(scope)
+        value = first(scope)
+        for fn, operand in rest:
+            value = fn(value, operand(scope))
+        return value
+
+    return run
+
+
+def _chain(owner: Compiled, steps: list[Callable[[Any, Scope], Any]]) -> Compiled:
+    def run(scope: Scope) -> Any:
+        value = owner(scope)
+        for step in steps:
+            value = step(value, scope)
+        return value
+
+    return run
+
+
+def _subscript(index: Compiled, label: str) -> Callable[[Any, Scope], Any]:
+    """``obj[index]``: a mapping's key (missing: EvalError naming the keys present) or an array's
+    whole-number index (outside: EvalError naming the shape)."""
+
+    def step(obj: Any, scope: Scope) -> Any:
+        key = index(scope)
         if type(obj) is dict or isinstance(obj, Mapping):
             if key not in obj:
                 present = ", ".join(sorted(map(str, obj))[:20]) or "none"
@@ -458,19 +507,17 @@ def _subscript(owner: Compiled, index: Compiled, label: str) -> Compiled:
             raise EvalError(f"{label}[{i}] is out of range ({label} has shape {arr.shape})")
         return arr[i]
 
-    run.label = f"{label}[…]"  # type: ignore[attr-defined]
-    return run
+    return step
 
 
-def _get(owner: Compiled, key: Compiled, default: Compiled) -> Compiled:
-    def run(scope: Scope) -> Any:
-        obj = owner(scope)
+def _get(key: Compiled, default: Compiled) -> Callable[[Any, Scope], Any]:
+    def step(obj: Any, scope: Scope) -> Any:
         if not isinstance(obj, Mapping):
             raise EvalError(f"get() needs a mapping, got {type(obj).__name__}")
         k = key(scope)
         return obj[k] if k in obj else default(scope)
 
-    return run
+    return step
 
 
 def as_number(value: Any, what: str) -> float:

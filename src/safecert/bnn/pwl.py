@@ -140,6 +140,8 @@ class _Builder:
         if isinstance(e, ast.Constant):
             if isinstance(e.value, bool) or not isinstance(e.value, int | float):
                 raise self.fail(f"{e.value!r} is not a number")
+            if isinstance(e.value, int) and abs(e.value) > 10**12:  # float() would overflow
+                raise self.fail(f"constant of {len(str(abs(e.value)))} digits exceeds 1e12")
             return _finite(float(e.value), self)
         if isinstance(e, ast.Name):
             if e.id in self.known:

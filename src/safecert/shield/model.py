@@ -26,6 +26,8 @@ Expressions use ``and or not`` (or ``& | ! ~``), parentheses, ``true``/``false``
 from __future__ import annotations
 
 import math
+import re
+import string
 from collections.abc import Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
@@ -85,14 +87,33 @@ class LayoutSpec(BaseModel):
     @field_validator("cell_format")
     @classmethod
     def _format(cls, value: str) -> str:
-        try:
-            value.format(row=0, col=0)
-        except (KeyError, IndexError, ValueError, AttributeError) as exc:
-            raise ValueError(
-                f"{value!r} cannot be filled with row and col ({type(exc).__name__}: {exc}); "
-                'use only the placeholders {row} and {col}, e.g. "r{row}c{col}"'
-            ) from None
+        check_cell_format(value)
         return value
+
+
+#: ``{row}``/``{col}`` with an optional zero-padded width below 100 and an optional ``d``
+_CELL_SPEC = re.compile(r"0?[0-9]{0,2}d?")
+MAX_CELL_FORMAT = 200
+
+
+def check_cell_format(value: str) -> None:
+    """Refuse a ``cell_format`` that is more than literal text and ``{row}``/``{col}`` fields
+    (widths below 100, e.g. ``{row:02d}``): no attribute or index access, no positional
+    fields, no nested specs, so filling it can neither fail nor build a huge string."""
+    fix = 'use only the placeholders {row} and {col}, e.g. "r{row}c{col}" or "r{row:02d}c{col}"'
+    if len(value) > MAX_CELL_FORMAT:
+        raise ValueError(f"is {len(value)} characters, more than {MAX_CELL_FORMAT}; {fix}")
+    try:
+        fields = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a format string ({exc}); {fix}") from None
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        if name not in ("row", "col") or conversion or not _CELL_SPEC.fullmatch(spec or ""):
+            shown = "{" + name + (f"!{conversion}" if conversion else "")
+            shown += (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"{value!r} has the field {shown!r}; {fix}")
 
 
 class ModelSpec(BaseModel):

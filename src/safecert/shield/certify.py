@@ -101,8 +101,9 @@ def load_inputs(
         )
     model = load_model(model_path)
     if counts:
-        from safecert.shield.counts import estimates_from_counts, merge
+        from safecert.shield.counts import estimates_from_counts, merge, require_anytime
 
+        require_anytime(uses_anytime(model, anytime))
         table = merge(model, [Path(c) for c in counts])
         return model, estimates_from_counts(model, table, anytime=uses_anytime(model, anytime))
     assert logs_path is not None

@@ -310,13 +310,7 @@ def merge(model: ShieldModel, paths: list[Path]) -> CountTable:
 def estimates_from_counts(model: ShieldModel, table: CountTable, *, anytime: bool) -> RowEstimates:
     """Anytime row estimates from merged counts (every visit); committed-budget sets are refused
     (module docstring)."""
-    if not anytime:
-        raise ConfigError(
-            "count tables are order-free; committed-budget sets use the first n0 visits of each "
-            "row in log order",
-            field="counts",
-            fix="use --anytime (or anytime = true in the model), or certify from --logs",
-        )
+    require_anytime(anytime)
     visits = table.counts.sum(axis=-1)
     k = model.k.copy()
     return RowEstimates(
@@ -328,3 +322,14 @@ def estimates_from_counts(model: ShieldModel, table: CountTable, *, anytime: boo
         episodes=table.episodes,
         anytime=True,
     )
+
+
+def require_anytime(anytime: bool) -> None:
+    """Count tables support anytime sets only (module docstring): a ConfigError otherwise."""
+    if not anytime:
+        raise ConfigError(
+            "count tables are order-free; committed-budget sets use the first n0 visits of each "
+            "row in log order",
+            field="counts",
+            fix="use --anytime (or anytime = true in the model), or certify from --logs",
+        )

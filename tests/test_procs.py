@@ -75,18 +75,20 @@ def stays_empty(tag: str, seconds: float = 0.5) -> bool:
 
 def test_a_scrubbed_double_forked_setsid_daemon_dies_with_the_vendor():
     """Gap (a): the daemon shares nothing with the vendor (session, group, environment) and was
-    re-parented once its parent exited — it is still the supervisor's, and dies on ``kill``."""
+    re-parented once its parent exited — to the vendor's own reaper (the supervisor, or the pid 1
+    of the vendor's namespace, a fork of it), not to init; it dies on ``kill``."""
     tag = new_tag()
     vendor = procs.VendorProcess(hostile("--fork", "--scrub", "--tag", tag))
     assert ask(vendor) == b'{"actions": [[1]]}\n'
-    started(tag, 5)  # supervisor, vendor, setsid child, daemon, scrubbed daemon
+    # supervisor, [namespace pid 1,] vendor, setsid child, daemon, scrubbed daemon
+    started(tag, 6 if vendor.contained else 5)
     assert wait_until(lambda: len(scrubbed(tag)) == 1)
     [daemon] = scrubbed(tag)
     ppid, pgid, sid = stat(daemon)
-    _, vendor_pgid, vendor_sid = stat(vendor.vendor_pid)
-    assert ppid == vendor.pid  # re-parented to the supervisor (a subreaper), not to init
+    reaper, vendor_pgid, vendor_sid = stat(vendor.vendor_pid)
+    assert ppid == reaper and reaper in (vendor.pid, *procs._children_of(vendor.pid))
     assert sid == pgid != vendor_sid and pgid != vendor_pgid  # another session and group
-    assert supervisors(tag) == [vendor.pid]
+    assert supervisors(tag) == sorted({vendor.pid, reaper})  # the namespace pid 1 is a fork
     vendor.kill()
     assert tagged(tag) == []  # at once: kill returns when the subtree is empty
 

@@ -1,16 +1,26 @@
 """Processes we start, we reap: vendor programs under a supervisor, parent-death signals.
 
 A vendor program (``exec:`` policies) may fork children, put them in other process groups or
-sessions, daemonise them, scrub their environment; a plain ``kill`` of the vendor leaves them
-running. On Linux every vendor therefore runs under :mod:`safecert.supervisor`, a tiny program
-(one bare interpreter start-up, ``python -I -S``) that is a child subreaper — every descendant of
-the vendor stays in its subtree, whatever it does — and has a parent-death signal. Closing a
-:class:`VendorProcess` (or ``kill -9`` of the process that started it) makes the supervisor SIGKILL,
-reap and rescan its subtree until it is empty; only then does it exit. Guarantee: once
-:meth:`VendorProcess.kill` has returned, or shortly after the starting process died, no process the
-vendor started is alive — except one that runs as another user (set-uid) or one started for it by
-a process outside the subtree (a system service). Elsewhere (no ``prctl``), the vendor runs directly
-in a session of its own and ``kill`` reaches its process group only.
+sessions, daemonise them, scrub their environment, and signal any process of its user — its
+supervisor and safecert included; a plain ``kill`` of the vendor leaves its children running. On
+Linux every vendor therefore runs under :mod:`safecert.supervisor`, a tiny program (one bare
+interpreter start-up, ``python -I -S``) with a parent-death signal, which puts the vendor in a PID
+namespace of its own where the kernel allows one (*contained*: root, or unprivileged user
+namespaces — see :attr:`VendorProcess.contained`). Closing a :class:`VendorProcess` (or ``kill -9``
+of the process that started it) makes the supervisor end the namespace (or, uncontained, SIGKILL,
+reap and rescan its subtree) until it is empty; only then does it exit.
+
+Guarantee, contained: once :meth:`VendorProcess.kill` has returned, or shortly after the starting
+process died, no process the vendor started is alive — it cannot signal or stop its supervisor or
+safecert (they are outside its namespace), and the kernel ends every process of the namespace with
+its pid 1. Uncontained (the kernel refused both namespaces; a warning is logged once), the vendor
+can SIGKILL or SIGSTOP its supervisor: :meth:`VendorProcess.kill` resumes a stopped one and SIGKILLs
+one that does not answer, and inside :func:`reaping` this process is a subreaper that kills what it
+adopts from a dead supervisor's subtree (:func:`sweep_adopted`) — but a ``kill -9`` of this process
+after such an attack leaves the orphans to ``init``. Either way, not covered: a process of another
+user (set-uid) and one started for the vendor by a process outside its subtree (a system service).
+Elsewhere (no ``prctl``), the vendor runs directly in a session of its own and ``kill`` reaches its
+process group only.
 
 Pool workers use :func:`die_with_parent` and :func:`exit_with` so that they, in turn, end with the
 run; :func:`reaping` scopes a run.
@@ -40,7 +50,13 @@ SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUPERVISED = sys.platform.startswith("linux")
 START_WAIT_S = 30.0  # the supervisor's report: one interpreter start-up, however loaded the machine
 KILL_WAIT_S = 10.0  # the supervisor's clean-up (it gives up after supervisor.GIVE_UP_S itself)
+#: a PID namespace per vendor where the kernel allows it; ``SAFECERT_PID_NAMESPACE=0`` turns it off
+#: (vendors then see the machine's pids, and the uncontained guarantee applies)
+CONTAIN = os.environ.get("SAFECERT_PID_NAMESPACE", "1") != "0"
+SWEEP_GIVE_UP_S = 5.0  # rounds of :func:`sweep_adopted` (a set-uid orphan cannot be killed)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 _log = logging.getLogger(__name__)
 
 
@@ -103,16 +119,33 @@ def exit_with(pid: int, cleanup: Callable[[], None]) -> threading.Thread:
 def reaping() -> Iterator[None]:
     """Scope of a run that starts vendors: ``SIGTERM`` unwinds like Ctrl-C (so clean-up runs), and
     on any exit — normal, error, Ctrl-C, ``SIGTERM`` — every vendor this process started and did
-    not close yet is killed with its subtree (:func:`kill_all`)."""
+    not close yet is killed with its subtree (:func:`kill_all`).
+
+    Inside the scope this process is a child subreaper (Linux): orphans of an uncontained vendor
+    whose supervisor was killed — from this process or from its pool workers — are re-parented
+    here instead of to ``init``, and :func:`sweep_adopted` kills them when a vendor is closed and
+    when the scope ends."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
+    was_subreaper = _is_subreaper()
+    _ADOPTION.scopes += 1
+    if _ADOPTION.since_ticks is None:
+        _ADOPTION.since_ticks = _boot_ticks()
+    became = was_subreaper or _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     try:
         yield
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         kill_all()
+        if became:
+            sweep_adopted()
+        _ADOPTION.scopes -= 1
+        if not _ADOPTION.scopes:
+            _ADOPTION.since_ticks = None
+        if became and not was_subreaper:
+            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -120,6 +153,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 _LIVE: set[VendorProcess] = set()
+_WARNED: list[bool] = []
 _LIVE_LOCK = threading.Lock()
 # a forked child must not close its parent's vendors
 os.register_at_fork(after_in_child=_LIVE.clear)
@@ -132,6 +166,125 @@ def kill_all() -> int:
     for vendor in live:
         vendor.kill()
     return len(live)
+
+
+class _Adoption:
+    """What :func:`sweep_adopted` needs: since when (clock ticks since boot) an orphan can be one
+    of a vendor's, and the supervisors this process started (they are children on purpose)."""
+
+    scopes = 0
+    since_ticks: int | None = None
+    supervisors: set[int] = set()
+
+
+_ADOPTION = _Adoption()
+os.register_at_fork(after_in_child=_ADOPTION.supervisors.clear)
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _boot_ticks() -> int:
+    """Now, in the unit and clock of ``starttime`` in ``/proc/PID/stat`` (ticks since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS) if SUPERVISED else 0
+
+
+def _is_subreaper() -> bool:
+    if _PRCTL is None:
+        return False
+    flag = ctypes.c_int(0)
+    return int(_PRCTL(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) == 0 and bool(
+        flag.value
+    )
+
+
+def _starttime(pid: int) -> int | None:
+    """When a process started, in ticks since boot (``/proc/PID/stat``); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _children_of(pid: int) -> set[int]:
+    """Live and zombie children of every thread of ``pid`` (an orphan is adopted by any thread)."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found.update(int(p) for p in fh.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _on_purpose() -> set[int]:
+    """Children this process started deliberately: vendor supervisors, multiprocessing's."""
+    known = set(_ADOPTION.supervisors)
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        known.update(p.pid for p in mp.active_children() if p.pid is not None)
+        server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+        tracker = getattr(
+            sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None
+        )
+        known.update(
+            pid
+            for pid in (getattr(server, "_forkserver_pid", None), getattr(tracker, "_pid", None))
+            if pid
+        )
+    return known
+
+
+def adopted() -> list[int]:
+    """Children of this process that are orphans it adopted as a subreaper: not started here on
+    purpose (:func:`_on_purpose`) and started after the first :func:`reaping` scope began (an orphan
+    of a vendor is younger than the run). Empty outside :func:`reaping`."""
+    since = _ADOPTION.since_ticks
+    if since is None or not SUPERVISED:
+        return []
+    me, known = os.getpid(), _on_purpose()
+    found = []
+    for pid in sorted(_children_of(me) - known):
+        started = _starttime(pid)
+        if started is not None and started >= since - 1:  # starttime is truncated to a tick
+            found.append(pid)
+    return found
+
+
+def sweep_adopted() -> int:
+    """SIGKILL every adopted orphan (:func:`adopted`) and all its descendants, reap them, and look
+    again until none is left (their own orphans are adopted here in turn) or
+    :data:`SWEEP_GIVE_UP_S` has passed; the number of processes killed.
+
+    Stopped processes die too (SIGKILL needs no cooperation). Descendants are killed before the
+    orphan's death could hand them on, and any that slip through are re-parented here and found by
+    the next round."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + SWEEP_GIVE_UP_S
+    while time.monotonic() < deadline:
+        roots = adopted()  # zombies included: they are reaped below
+        if not roots:
+            break
+        tree, todo = [], list(roots)
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo.extend(_children_of(pid))
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed.update(tree)
+        for pid in roots:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.005)  # the kills take effect; the next round reaps and looks again
+    if killed:
+        _log.warning("killed %d process(es) a vendor left behind its supervisor", len(killed))
+    return len(killed)
 
 
 class VendorProcess:
@@ -149,10 +302,17 @@ class VendorProcess:
     """
 
     def __init__(
-        self, argv: Sequence[str], *, cwd: str | None = None, supervised: bool = SUPERVISED
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        supervised: bool = SUPERVISED,
+        contain: bool = CONTAIN,
     ) -> None:
         self.argv = tuple(argv)
         self.supervised = supervised
+        #: the vendor runs in a PID namespace of its own (see the module's guarantee)
+        self.contained = False
         if not supervised:
             self._popen = self._popen_of(self.argv, (), cwd)
             self.vendor_pid = self._popen.pid
@@ -161,8 +321,9 @@ class VendorProcess:
             try:
                 command = (sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()))
                 self._popen = self._popen_of(
-                    (*command, str(write_end), *self.argv), (write_end,), cwd
+                    (*command, str(write_end), str(int(contain)), *self.argv), (write_end,), cwd
                 )
+                _ADOPTION.supervisors.add(self._popen.pid)
             finally:
                 os.close(write_end)
             try:
@@ -215,6 +376,13 @@ class VendorProcess:
             _log.warning(
                 "the kernel refused PR_SET_CHILD_SUBREAPER: vendor children may outlive it"
             )
+        self.contained = rest[2] == b"1"
+        if not self.contained and CONTAIN and not _WARNED:
+            _WARNED.append(True)
+            _log.warning(
+                "the kernel refused a PID namespace for vendors: a vendor that kills or stops its "
+                "supervisor is cleaned up only while this process runs"
+            )
         return int(rest[0])
 
     @property
@@ -238,6 +406,7 @@ class VendorProcess:
             if self.supervised:
                 with contextlib.suppress(OSError):
                     self._popen.send_signal(signal.SIGTERM)  # the supervisor's close request
+                    self._popen.send_signal(signal.SIGCONT)  # an uncontained vendor stopped it
                 try:
                     self._popen.wait(KILL_WAIT_S)
                 except subprocess.TimeoutExpired:
@@ -246,6 +415,10 @@ class VendorProcess:
                 self._force_kill()
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        if self.supervised and not self.contained:
+            # a supervisor the vendor killed or stopped left its subtree to us (in reaping())
+            sweep_adopted()
+        _ADOPTION.supervisors.discard(self._popen.pid)
 
     def _force_kill(self) -> None:
         # not reaped yet, so the pid still names this session's group

@@ -2,15 +2,22 @@
 
 Started by :class:`safecert.procs.VendorProcess` (Linux) as
 
-    python -I -S supervisor.py PARENT_PID STATUS_FD PROGRAM ARG...
+    python -I -S supervisor.py PARENT_PID STATUS_FD CONTAIN PROGRAM ARG...
 
 with the vendor's stdin, stdout and stderr pipes as its own fds 0-2, in a session of its own. It
 imports the standard library only (``-S``: no site-packages) and starts in about one bare interpreter
 start-up. Guarantees, on Linux:
 
-* it is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): every process the vendor starts, whatever
-  its session, process group or environment (``setsid``, double forks, ``env -i``), stays in this
-  process's subtree — an orphan is re-parented here, not to ``init``;
+* *contained* (``CONTAIN`` is 1 and the kernel allows a PID namespace: as root, or through an
+  unprivileged user namespace): the vendor runs as pid 2 of a PID namespace of its own whose pid 1
+  is a fork of this program (:func:`_init`). The vendor cannot name, signal or stop anything
+  outside that namespace (this supervisor and safecert included), and pid 1 ignores every signal
+  sent from inside it (``SIGKILL`` and ``SIGSTOP`` too). When pid 1 exits — the vendor ended, a
+  close request, the parent's death — the kernel SIGKILLs every process in the namespace, however
+  it was started (``setsid``, double forks, ``env -i``), and pid 1's exit completes only once they
+  are all gone;
+* it is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): uncontained, every process the vendor
+  starts stays in this process's subtree — an orphan is re-parented here, not to ``init``;
 * it has a parent-death signal (``PR_SET_PDEATHSIG = SIGTERM``): when the thread that started it
   dies — ``kill -9`` of safecert included — it is told to close;
 * on a close request (``SIGTERM``, ``SIGINT`` or ``SIGHUP``), or once the vendor has exited, it
@@ -20,12 +27,15 @@ start-up. Guarantees, on Linux:
   ``/dev/null``, so end-of-file on the pipes means what it meant without a supervisor;
 * it exits like the vendor: with its exit code, or killed by the same signal (no core file).
 
-It reports on ``STATUS_FD`` one line before dropping it: ``ok VENDOR_PID SUBREAPER`` (``SUBREAPER``
-is 1 where the kernel agreed), or ``error ERRNO`` when the vendor could not be started.
+It reports on ``STATUS_FD`` one line before dropping it: ``ok VENDOR_PID SUBREAPER CONTAINED``
+(``VENDOR_PID`` as safecert's ``/proc`` names it; ``SUBREAPER``, ``CONTAINED`` are 1 where the
+kernel agreed), or ``error ERRNO`` when the vendor could not be started.
 
 Assumptions: the vendor runs as the same user (a set-uid descendant cannot be killed; the clean-up
-gives up after :data:`GIVE_UP_S`), and nobody SIGKILLs the supervisor itself (then its children
-fall back to the nearest other subreaper or ``init``).
+gives up after :data:`GIVE_UP_S`; contained through a user namespace, a set-uid program runs
+without its privilege). Uncontained, the vendor can signal this process (same user): a vendor that
+SIGKILLs or SIGSTOPs it hands its clean-up to :mod:`safecert.procs` (the starting process is a
+subreaper too and sweeps what it adopts).
 """
 
 from __future__ import annotations
@@ -39,18 +49,21 @@ import time
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
 CLOSE_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 GIVE_UP_S = 5.0
 
 
-def _load_prctl() -> ctypes._NamedFuncPointer | None:
+def _load_libc(name: str) -> ctypes._NamedFuncPointer | None:
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl
+        return getattr(ctypes.CDLL(None, use_errno=True), name)  # type: ignore[no-any-return]
     except (OSError, AttributeError):
         return None
 
 
-_PRCTL = _load_prctl()
+_PRCTL = _load_libc("prctl")
+_UNSHARE = _load_libc("unshare")
 
 
 def _prctl(option: int, arg: int) -> bool:
@@ -120,6 +133,56 @@ def _clear_subtree(vendor: int, status: int | None) -> int | None:
     return status
 
 
+def _contain() -> bool:
+    """Put our next child in a new PID namespace: directly where we may (``CAP_SYS_ADMIN``), else
+    inside a new user namespace that maps our own user and group to themselves (unprivileged)."""
+    if _UNSHARE is None:
+        return False
+    if int(_UNSHARE(_CLONE_NEWPID)) == 0:
+        return True
+    uid, gid = os.geteuid(), os.getegid()
+    if int(_UNSHARE(_CLONE_NEWUSER | _CLONE_NEWPID)) != 0:
+        return False
+    # inside the new user namespace; unmapped, our ids would read as "nobody" to the vendor
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+    return True
+
+
+def _init(program: list[str], status_fd: int, exit_w: int) -> None:
+    """Pid 1 of the vendor's namespace: start the vendor, reap every orphan, and on the vendor's
+    end write its wait status to ``exit_w`` and exit — the kernel then kills what is left."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor gone (however): the namespace ends
+    try:
+        vendor = _spawn(program)
+    except OSError as exc:
+        os.write(status_fd, f"error {exc.errno}\n".encode())
+        os._exit(127)
+    me = int(os.readlink("/proc/self"))  # our pid as the (parent's) /proc mount names it
+    named = _children(me)
+    os.write(status_fd, f"ok {named[0] if named else vendor} 1 1\n".encode())
+    os.close(status_fd)
+    _quiet_stdio()
+    status: int | None = None
+    while status is None:
+        signal.sigwait({signal.SIGCHLD})
+        status, _ = _reap(vendor, None)
+    os.write(exit_w, f"{status}\n".encode())
+    os._exit(0)
+
+
+def _quiet_stdio() -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def _exit_like(status: int | None) -> None:
     if status is None:
         os._exit(1)
@@ -165,8 +228,31 @@ def _spawn(program: list[str]) -> int:
     return pid
 
 
+def _contained(program: list[str], status_fd: int) -> None:
+    """Run the vendor under :func:`_init` in its PID namespace; leave like the vendor."""
+    exit_r, exit_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(exit_r)
+        _init(program, status_fd, exit_w)
+    os.close(exit_w)
+    os.close(status_fd)
+    _quiet_stdio()
+    waited = _wait_for(init)
+    if waited is None:  # a close request: pid 1's death ends the whole namespace
+        try:
+            os.kill(init, signal.SIGKILL)
+        except OSError:
+            pass
+    status = _clear_subtree(init, waited)
+    report = b""
+    while chunk := os.read(exit_r, 64):
+        report += chunk
+    _exit_like(int(report) if report.strip() else status)
+
+
 def main(argv: list[str]) -> None:
-    parent, status_fd, program = int(argv[1]), int(argv[2]), argv[3:]
+    parent, status_fd, contain, program = int(argv[1]), int(argv[2]), argv[3] == "1", argv[4:]
     # every signal we act on is taken with sigwait: none can interrupt us half-way
     signal.pthread_sigmask(signal.SIG_BLOCK, CLOSE_SIGNALS | {signal.SIGCHLD})
     subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -174,16 +260,22 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(status_fd, False)
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
+    if contain:
+        try:
+            contained = _contain()
+        except OSError as exc:  # a user namespace whose ids cannot be mapped: not usable
+            os.write(status_fd, f"error {exc.errno}\n".encode())
+            os._exit(127)
+        if contained:
+            _contained(program, status_fd)
     try:
         vendor = _spawn(program)
     except OSError as exc:
         os.write(status_fd, f"error {exc.errno}\n".encode())
         os._exit(127)
-    os.write(status_fd, f"ok {vendor} {int(subreaper)}\n".encode())
+    os.write(status_fd, f"ok {vendor} {int(subreaper)} 0\n".encode())
     os.close(status_fd)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
+    _quiet_stdio()
     _exit_like(_clear_subtree(vendor, _wait_for(vendor)))
 
 

@@ -8,6 +8,11 @@ exec mode (default): newline-delimited JSON on stdin/stdout, like examples/vendo
   --hop        with --scrub: the daemon does not sit still at first; for 2 s it forks and lets its
                parent exit every 20 ms (writing ``hop PID`` to stderr each time), so its pid
                changes faster than a /proc scan under load can follow
+  --attack SIG at start, send SIG (KILL or STOP) to every ancestor that runs safecert's supervisor,
+               by pid (``kill``) and by ``/proc`` descriptor (``pidfd_send_signal``), telling on
+               stderr what the kernel allowed (``attack HOW PID ok|errno``); then --fork/--scrub/--chain
+  --chain N    at start, leave behind a daemon at the end of a chain of N double forks (each
+               link calls ``setsid``, forks and exits)
   --drip S     after --drip-after replies, write each reply one byte every S seconds
   --hang       after --drip-after replies, never answer
   --flood      after --drip-after replies, write bytes without end (no newline)
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,14 +76,63 @@ def leave_scrubbed(tag: str, hop: bool) -> None:
         os._exit(0)
 
 
-def starter() -> int:
-    """The process that started us: our parent, or its parent when that is safecert's supervisor."""
-    parent = os.getppid()
-    with open(f"/proc/{parent}/cmdline", "rb") as fh:
-        if b"safecert/supervisor.py" not in fh.read():
-            return parent
-    with open(f"/proc/{parent}/stat", "rb") as fh:
+def leave_chain(links: int) -> None:
+    """A daemon at the end of ``links`` double forks: every process in between has exited."""
+    if os.fork() == 0:
+        for _ in range(links):
+            os.setsid()
+            if os.fork():
+                os._exit(0)
+        while True:
+            time.sleep(60)
+
+
+def parent_of(pid: int) -> int:
+    """The parent as /proc names it (``getppid`` says 0 or 1 inside a PID namespace)."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
         return int(fh.read().rpartition(b")")[2].split()[1])
+
+
+def is_supervisor(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"safecert/supervisor.py" in fh.read()
+    except OSError:
+        return False
+
+
+def starter() -> int:
+    """The process that started us: the nearest ancestor that is not safecert's supervisor."""
+    pid = parent_of(int(os.readlink("/proc/self")))
+    while is_supervisor(pid):
+        pid = parent_of(pid)
+    return pid
+
+
+def attack(sig: signal.Signals) -> None:
+    """Send ``sig`` to every supervisor above us, by every route a process of the same user has."""
+    pid = parent_of(int(os.readlink("/proc/self")))
+    targets = []
+    while pid > 1 and is_supervisor(pid):
+        targets.append(pid)
+        pid = parent_of(pid)
+    if os.getppid() > 1:
+        targets.append(os.getppid())
+    for target in targets:
+        for how in ("kill", "pidfd"):
+            try:
+                if how == "kill":
+                    os.kill(target, sig)
+                else:
+                    fd = os.open(f"/proc/{target}", os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        signal.pidfd_send_signal(fd, sig)
+                    finally:
+                        os.close(fd)
+                outcome = "ok"
+            except OSError as exc:
+                outcome = str(exc.errno)
+            os.write(2, f"attack {how} {target} {outcome}\n".encode())
 
 
 def drip(write, data: bytes, pause: float) -> None:
@@ -90,10 +145,14 @@ def serve_exec(args: argparse.Namespace) -> None:
     if args.ppid_file:
         with open(args.ppid_file, "a") as fh:
             fh.write(f"{starter()}\n")
+    if args.attack:
+        attack(signal.Signals[f"SIG{args.attack}"])
     if args.fork:
         leave_children()
     if args.scrub:
         leave_scrubbed(args.tag, args.hop)
+    if args.chain:
+        leave_chain(args.chain)
     out = sys.stdout.buffer
     for n, line in enumerate(sys.stdin.buffer):
         reply = actions(line) + b"\n"
@@ -167,6 +226,8 @@ def main() -> None:
     ap.add_argument("--hang", action="store_true")
     ap.add_argument("--scrub", action="store_true")
     ap.add_argument("--hop", action="store_true")
+    ap.add_argument("--attack", choices=["KILL", "STOP"], default="")
+    ap.add_argument("--chain", type=int, default=0)
     ap.add_argument("--endless", action="store_true")
     ap.add_argument("--flood", action="store_true")
     ap.add_argument("--tag", default="")

@@ -3,10 +3,14 @@
 Two layers. :func:`confine` resolves an agent's path *lexically* and says why it is refused
 (absolute, ``~``, NUL, over-long, ``..`` above the root, outside the allowed folder, a symbolic
 link on the way as seen now). It is a message, not a guarantee: the tree can change right after.
-The guarantee is :class:`Jail`: every operation re-walks the path from a descriptor of the root
-with ``O_NOFOLLOW`` at every component and acts on the descriptors it opened, so nothing planted
-beside the agent — a folder swapped for a link between check and use, a link, a hard link to an
-outside file — lets it read, write, change the mode of or delete anything outside the root.
+The guarantee is :class:`Jail` (threat model: docs/threat-model.md, "The agents' file-system
+sandbox"): every operation walks its path from a descriptor of the root, one name at a time
+(:func:`~safecert.shield.descriptors.open_beneath`: ``openat2`` with ``RESOLVE_BENEATH |
+RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV``, or ``O_NOFOLLOW``), enters a folder only if its
+(device, inode) is one the jail created or found under the root when it was opened, and opens,
+changes, reads or removes only files it owns the same way. A folder or file swapped in from
+outside — by a link, a hard link, or a real folder exchanged with ``renameat2(RENAME_EXCHANGE)`` —
+is refused, never entered, never emptied.
 """
 
 from __future__ import annotations
@@ -14,23 +18,29 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from safecert.errors import DataError
+from safecert.shield.descriptors import Ident, PathRefused, ident, kind, open_beneath
+from safecert.shield.jailwalk import Adopt, rmdir_if, walk
+
+__all__ = ["MAX_NAME_BYTES", "MAX_PATH_CHARS", "Jail", "PathRefused", "confine"]
+
 MAX_PATH_CHARS = 1024
-
-
-class PathRefused(Exception):
-    """Raised internally when an argument path would leave the sandbox."""
+MAX_NAME_BYTES = 255  # NAME_MAX of Linux file systems
+RESET_ATTEMPTS = 200  # passes of reset before a blocker is reported (a swap race passes)
 
 
 def confine(root: Path, path: Any, *, base: Path, within: Path | None = None) -> Path:
     """Resolve ``path`` against ``base`` (a folder inside ``root``).
 
     Raises :class:`PathRefused` unless the result lies inside ``within`` (default: ``root``) with
-    no symbolic link on the way. Never touches the file system outside the root."""
+    no symbolic link on the way. Never touches the file system outside the root; its messages
+    quote the agent's own path, never the host's."""
     if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS:
         raise PathRefused(f"path must be a non-empty string of at most {MAX_PATH_CHARS} chars")
     if "\x00" in path or path.startswith(("~", "/", "\\")) or os.path.isabs(path):
@@ -38,6 +48,8 @@ def confine(root: Path, path: Any, *, base: Path, within: Path | None = None) ->
     within = within or root
     current = base
     for part in Path(path).parts:
+        if len(os.fsencode(part)) > MAX_NAME_BYTES:
+            raise PathRefused(f"a name in {path[:40]!r}… is over {MAX_NAME_BYTES} bytes")
         if part in ("", "."):
             continue
         if part == "..":
@@ -46,7 +58,11 @@ def confine(root: Path, path: Any, *, base: Path, within: Path | None = None) ->
             current = current.parent
             continue
         current = current / part
-        if current.is_symlink():
+        try:
+            link = current.is_symlink()
+        except OSError as exc:
+            raise PathRefused(f"{path!r} cannot be looked up ({exc.strerror})") from None
+        if link:
             raise PathRefused(f"{path!r} passes through a symbolic link")
     if current != within and within not in current.parents:
         where = "the sandbox root" if within == root else f"{within.name}/"
@@ -54,71 +70,117 @@ def confine(root: Path, path: Any, *, base: Path, within: Path | None = None) ->
     return current
 
 
-class Jail:
-    """File operations under a root folder that never follow a link and never check-then-use.
+_DIR = os.O_RDONLY | os.O_DIRECTORY
 
-    Every operation walks its path from a descriptor of the root, one component at a time, with
-    ``openat(O_NOFOLLOW | O_DIRECTORY)`` per folder and ``O_NOFOLLOW`` on the leaf, then acts on the
-    descriptors it opened (``fstat``, ``fchmod``, ``ftruncate``, ``unlinkat``). A folder swapped for a
-    symbolic link at any moment makes the walk fail (ELOOP/ENOTDIR) instead of leaving the root; a
-    regular file with more than one hard link is refused (its other name may lie outside). Paths
-    are tuples of components relative to the root, already free of ``..`` (:func:`confine`).
-    The root itself is trusted (its descriptor is opened once)."""
+
+class Jail:
+    """File operations under a root folder on objects the jail owns, by descriptor.
+
+    Owned: the root, everything found under it when the jail is opened (links excepted), and
+    every folder and file the jail creates. Paths are tuples of names relative to the root,
+    already free of ``..`` (:func:`confine`). Every walk keeps one descriptor per step and checks
+    the identity of each folder it enters, so a name that leads elsewhere by the time it is used
+    makes the operation refuse (:class:`PathRefused`) instead of acting outside.
+
+    Assumptions: the root itself is not replaced before the jail opens it; an inode number freed
+    by someone else (who deleted one of our files) is not reused by an outside object that is
+    then moved in; an empty folder swapped in between our ``mkdirat`` and ``openat`` of it is
+    taken for ours (a non-empty one is refused)."""
 
     def __init__(self, root: Path) -> None:
-        self.root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.root_fd = os.open(root, _DIR | os.O_CLOEXEC)
+        self._owned: set[Ident] = {ident(os.fstat(self.root_fd))}
+        self.root_ident = ident(os.fstat(self.root_fd))
+        walk(self.root_fd, (), Adopt(self._owned))
 
     def close(self) -> None:
         if self.root_fd >= 0:
             os.close(self.root_fd)
             self.root_fd = -1
 
-    @contextmanager
-    def folder(self, parts: tuple[str, ...], *, create: bool = False) -> Iterator[int]:
-        """A descriptor of the folder ``parts`` (created when ``create``), walked without links."""
-        fds: list[int] = []
-        try:
-            cur = self.root_fd
-            for part in parts:
-                if create:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=cur)
-                    except FileExistsError:
-                        pass
-                try:
-                    cur = os.open(part, _DIR_FLAGS, dir_fd=cur)
-                except OSError as exc:
-                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                        raise
-                    where = "/".join(parts)
-                    raise PathRefused(f"{where} passes through a link or a non-folder") from None
-                fds.append(cur)
-            yield cur
-        finally:
-            for fd in reversed(fds):
-                os.close(fd)
+    def owns(self, st: os.stat_result) -> bool:
+        """Whether the object of ``st`` is the jail's (by device and inode)."""
+        return ident(st) in self._owned
 
-    def _open_leaf(self, folder: int, name: str, flags: int) -> int:
-        if name in ("", ".", ".."):
-            raise PathRefused(f"{name!r} is not a file name")
+    # -- walking -------------------------------------------------------------------------------
+    def _enter(self, parent: int, name: str, create: bool) -> int:
+        created = False
+        if create:
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+                created = True
+            except FileExistsError:
+                pass
         try:
-            fd = os.open(name, flags | _LEAF_FLAGS, 0o644, dir_fd=folder)
+            fd = open_beneath(parent, name, _DIR)
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EMLINK):
-                raise PathRefused(f"{name} is a symbolic link") from None
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+                raise PathRefused(f"{name} is a link, a mount point or not a folder") from None
             raise
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        if created and not self.owns(st) and st.st_nlink == 2 and not os.listdir(fd):
+            self._owned.add(ident(st))
+        if not self.owns(st):
             os.close(fd)
-            what = "not a regular file" if not stat.S_ISREG(st.st_mode) else "a hard link"
-            raise PathRefused(f"{name} is {what}")
+            raise PathRefused(f"{name} is a folder the sandbox did not create; it is not entered")
         return fd
 
+    @contextmanager
+    def folder(self, parts: tuple[str, ...], *, create: bool = False) -> Iterator[int]:
+        """A descriptor of the owned folder ``parts`` (created when ``create``); one descriptor
+        is held at a time whatever the depth."""
+        cur = os.dup(self.root_fd)
+        try:
+            for part in parts:
+                nxt = self._enter(cur, part, create)
+                os.close(cur)
+                cur = nxt
+            yield cur
+        finally:
+            os.close(cur)
+
+    def _open_file(self, folder: int, name: str, flags: int, *, create: bool = False) -> int:
+        """An owned, single-link regular file, opened without blocking (a FIFO is refused, never
+        waited on); created (and owned) when missing and ``create``."""
+        if create:
+            try:
+                fd = open_beneath(folder, name, flags | os.O_CREAT | os.O_EXCL | os.O_NONBLOCK)
+            except FileExistsError:
+                pass
+            else:
+                self._owned.add(ident(os.fstat(fd)))
+                return fd
+        try:
+            fd = open_beneath(folder, name, flags | os.O_NONBLOCK)
+        except OSError as exc:
+            why = {
+                errno.ELOOP: "a symbolic link",
+                errno.EXDEV: "a mount point",
+                errno.ENXIO: "a FIFO, socket or device, not a regular file",
+                errno.EISDIR: "a folder, not a file",
+            }.get(exc.errno or 0)
+            if why is None:
+                raise
+            raise PathRefused(f"{name} is {why}") from None
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = f"{kind(st)}, not a regular file"
+        elif st.st_nlink != 1:
+            why = "a hard link"
+        elif not self.owns(st):
+            why = "a file the sandbox did not create (moved in from elsewhere)"
+        if why is not None:
+            os.close(fd)
+            raise PathRefused(f"{name} is {why}")
+        return fd
+
+    # -- operations ----------------------------------------------------------------------------
     def read(self, parts: tuple[str, ...], limit: int) -> bytes:
-        """At most ``limit`` bytes of the regular, single-link file ``parts``."""
+        """At most ``limit`` bytes of the owned, regular, single-link file ``parts``."""
         _need_leaf(parts)
         with self.folder(parts[:-1]) as d:
-            fd = self._open_leaf(d, parts[-1], os.O_RDONLY)
+            fd = self._open_file(d, parts[-1], os.O_RDONLY)
             try:
                 return os.read(fd, limit)
             finally:
@@ -128,7 +190,7 @@ class Jail:
         """Replace the content of ``parts`` (created, with its folders, when missing)."""
         _need_leaf(parts)
         with self.folder(parts[:-1], create=True) as d:
-            fd = self._open_leaf(d, parts[-1], os.O_WRONLY | os.O_CREAT)
+            fd = self._open_file(d, parts[-1], os.O_WRONLY, create=True)
             try:
                 old_size = os.fstat(fd).st_size
                 view = memoryview(data)
@@ -140,38 +202,41 @@ class Jail:
                 os.close(fd)
 
     def lstat(self, parts: tuple[str, ...]) -> os.stat_result | None:
-        """``lstat`` of ``parts`` (``None`` when missing or unreachable without a link)."""
+        """``lstat`` of ``parts`` if it is the jail's (``None`` when missing, unreachable without
+        a link or a foreign folder, or not owned)."""
         if not parts:
             return os.fstat(self.root_fd)
         try:
             with self.folder(parts[:-1]) as d:
-                return os.stat(parts[-1], dir_fd=d, follow_symlinks=False)
+                st = os.stat(parts[-1], dir_fd=d, follow_symlinks=False)
         except (OSError, PathRefused):
             return None
+        return st if self.owns(st) else None
 
     def is_file(self, parts: tuple[str, ...]) -> bool:
         st = self.lstat(parts)
         return st is not None and stat.S_ISREG(st.st_mode)
 
     def unlink(self, parts: tuple[str, ...]) -> None:
-        """Remove the regular, single-link file ``parts`` (``unlinkat``; a name swapped for a link
-        meanwhile is removed itself, never its target)."""
+        """Remove the owned, regular, single-link file ``parts`` (``unlinkat`` in a folder
+        descriptor the jail owns: a folder swapped meanwhile is never the one acted in)."""
         _need_leaf(parts)
         with self.folder(parts[:-1]) as d:
             st = os.stat(parts[-1], dir_fd=d, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                raise PathRefused(f"{'/'.join(parts)} is not a single-link regular file")
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not self.owns(st):
+                raise PathRefused(f"{'/'.join(parts)} is not a single-link file of the sandbox")
             os.unlink(parts[-1], dir_fd=d)
+            self._owned.discard(ident(st))
 
     def listdir(self, parts: tuple[str, ...]) -> list[str]:
         with self.folder(parts) as d:
             return sorted(os.listdir(d))
 
     def set_tree_mode(self, parts: tuple[str, ...], *, writable: bool) -> None:
-        """Files 0644/0444 and folders 0755/0555 below ``parts``, by ``fchmod`` on descriptors
-        (links and multi-link files are skipped: their targets are not ours)."""
+        """Owned files 0644/0444 and owned folders 0755/0555 below ``parts``, by ``fchmod`` on
+        descriptors (links, hard links and foreign objects are skipped: they are not ours)."""
         with self.folder(parts) as d:
-            _chmod_tree(d, writable)
+            walk(d, parts, _Chmod(self, writable))
 
     def reset_tree(
         self,
@@ -179,17 +244,64 @@ class Jail:
         keep: set[tuple[str, ...]],
         folders: set[tuple[str, ...]] = frozenset(),  # type: ignore[assignment]
     ) -> None:
-        """Make the tree exactly ``files``, their folders and ``folders``: anything else is
-        removed without following links; a listed file is rewritten unless it is in ``keep`` and
-        still a single-link regular file."""
+        """Make the tree ``files``, their folders and ``folders``: owned objects not listed are
+        removed (iteratively, by descriptor), names that hold no data of their own (symbolic
+        links, extra hard links, FIFOs, sockets, devices) are unlinked, and a listed file is
+        rewritten unless it is in ``keep`` and still an owned single-link regular file.
+
+        Foreign folders and foreign single-link files are never entered, changed or removed. If
+        one occupies a listed path, the pass is repeated (a swap race moves it away again) and
+        after :data:`RESET_ATTEMPTS` passes a :class:`~safecert.errors.DataError` names it."""
         folders = set(folders) | {p[:i] for p in files for i in range(1, len(p))}
-        _prune(self.root_fd, (), folders, {p for p in files if p in keep})
+        blocked: tuple[str, ...] = ()
+        for attempt in range(RESET_ATTEMPTS):
+            walk(self.root_fd, (), _Prune(self, folders, keep & set(files)))
+            found = self._rebuild(files, keep, folders)
+            if found is None:
+                return
+            blocked = found
+            time.sleep(0.0005 * min(attempt, 20))
+        raise DataError(
+            f"{'/'.join(blocked)} is occupied by a file or folder the sandbox did not create "
+            "(moved in from elsewhere); it was left untouched",
+            field="sandbox root",
+            fix="move it out of the sandbox, then reset again",
+        )
+
+    def _rebuild(
+        self,
+        files: dict[tuple[str, ...], bytes],
+        keep: set[tuple[str, ...]],
+        folders: set[tuple[str, ...]],
+    ) -> tuple[str, ...] | None:
+        """Create the listed folders and files; the first path a foreign object blocks, or None."""
         for parts in sorted(folders, key=len):
-            with self.folder(parts, create=True):
-                pass
+            try:
+                with self.folder(parts, create=True):
+                    pass
+            except PathRefused:
+                return parts
         for parts, data in files.items():
-            if not self.is_file(parts) or parts not in keep:
-                self.write(parts, data)
+            try:
+                if parts not in keep or not self.is_file(parts):
+                    self.write(parts, data)
+            except PathRefused:
+                return parts
+        return None
+
+    def clear(self) -> None:
+        """Remove every owned object under the root (foreign ones stay untouched)."""
+        walk(self.root_fd, (), _Prune(self, set(), set()))
+
+    def remove_root(self, parent: int, name: str) -> bool:
+        """``rmdir`` the (emptied) root through its parent's descriptor, found by identity: by
+        ``name`` if it still is the root, else by a scan of the parent (the root was renamed).
+        Whatever else sits at ``name`` is left alone. Returns whether the root was removed."""
+        names = [name, *(n for n in os.listdir(parent) if n != name)]
+        for candidate in names:
+            if rmdir_if(parent, candidate, self.root_ident):
+                return True
+        return False
 
 
 def _need_leaf(parts: tuple[str, ...]) -> None:
@@ -197,68 +309,66 @@ def _need_leaf(parts: tuple[str, ...]) -> None:
         raise PathRefused("the sandbox root is a folder, not a file")
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_LEAF_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+class _Chmod:
+    """Walk visitor: modes of owned files and folders."""
+
+    def __init__(self, jail: Jail, writable: bool) -> None:
+        self.jail, self.writable = jail, writable
+
+    def accepts(self, st: os.stat_result) -> bool:
+        return self.jail.owns(st)
+
+    def enter(self, fd: int, parts: tuple[str, ...]) -> None:
+        pass
+
+    def entry(self, fd: int, name: str, parts: tuple[str, ...], st: os.stat_result) -> None:
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and self.jail.owns(st)):
+            return
+        try:
+            f = self.jail._open_file(fd, name, os.O_RDONLY)
+        except (OSError, PathRefused):
+            return  # swapped or linked meanwhile: not ours
+        try:
+            os.fchmod(f, 0o644 if self.writable else 0o444)
+        finally:
+            os.close(f)
+
+    def leave(self, fd: int, parts: tuple[str, ...]) -> None:
+        os.fchmod(fd, 0o755 if self.writable else 0o555)
+
+    def after(self, parent: int, name: str, parts: tuple[str, ...], child: Ident) -> None:
+        pass
 
 
-def _chmod_tree(d: int, writable: bool) -> None:
-    for name in os.listdir(d):
-        st = os.stat(name, dir_fd=d, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=d)
-            except OSError:
-                continue  # swapped for a link meanwhile: not ours
-            try:
-                _chmod_tree(sub, writable)
-            finally:
-                os.close(sub)
-        elif stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-            try:
-                fd = os.open(name, os.O_RDONLY | _LEAF_FLAGS, dir_fd=d)
-            except OSError:
-                continue
-            try:
-                if os.fstat(fd).st_nlink == 1:
-                    os.fchmod(fd, 0o644 if writable else 0o444)
-            finally:
-                os.close(fd)
-    os.fchmod(d, 0o755 if writable else 0o555)
+class _Prune:
+    """Walk visitor: remove everything owned that is neither a listed folder nor a kept file."""
 
+    def __init__(self, jail: Jail, folders: set[tuple[str, ...]], keep: set[tuple[str, ...]]):
+        self.jail, self.folders, self.keep = jail, folders, keep
 
-def _prune(
-    d: int, here: tuple[str, ...], folders: set[tuple[str, ...]], keep: set[tuple[str, ...]]
-) -> None:
-    """Remove below folder ``d`` everything that is neither a listed folder nor a kept file."""
-    os.fchmod(d, 0o755)
-    for name in os.listdir(d):
-        path = (*here, name)
-        st = os.stat(name, dir_fd=d, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode) and path in folders:
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=d)
-            except OSError:
-                _remove(d, name)
-                continue
-            try:
-                _prune(sub, path, folders, keep)
-            finally:
-                os.close(sub)
-        elif not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and path in keep):
-            _remove(d, name)
+    def accepts(self, st: os.stat_result) -> bool:
+        return self.jail.owns(st)
 
+    def enter(self, fd: int, parts: tuple[str, ...]) -> None:
+        os.fchmod(fd, 0o755)  # removing entries needs a writable folder (unless we are root)
 
-def _remove(d: int, name: str) -> None:
-    """Remove ``name`` in folder ``d``; a folder recursively by descriptor, a link itself."""
-    try:
-        sub = os.open(name, _DIR_FLAGS, dir_fd=d)
-    except OSError:  # not a folder (or a link to one): unlink the name
-        os.unlink(name, dir_fd=d)
-        return
-    try:
-        os.fchmod(sub, 0o755)
-        for child in os.listdir(sub):
-            _remove(sub, child)
-    finally:
-        os.close(sub)
-    os.rmdir(name, dir_fd=d)
+    def entry(self, fd: int, name: str, parts: tuple[str, ...], st: os.stat_result) -> None:
+        m, owned = st.st_mode, self.jail.owns(st)
+        if stat.S_ISDIR(m):
+            return  # a foreign folder: never entered, never removed
+        if stat.S_ISREG(m) and st.st_nlink == 1:
+            if not owned or parts in self.keep:
+                return  # a foreign file keeps its data; a kept file stays
+        try:
+            os.unlink(name, dir_fd=fd)  # in an owned folder's descriptor
+        except OSError:
+            return
+        if owned:
+            self.jail._owned.discard(ident(st))
+
+    def leave(self, fd: int, parts: tuple[str, ...]) -> None:
+        pass
+
+    def after(self, parent: int, name: str, parts: tuple[str, ...], child: Ident) -> None:
+        if parts not in self.folders and rmdir_if(parent, name, child):
+            self.jail._owned.discard(child)

@@ -4,12 +4,14 @@ over HTTP on 127.0.0.1. What was executed is read from the upstream's own record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -113,64 +115,88 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended and been reaped, waiting for it (the gateway reaps its upstream
+    before it exits; its exit has just been observed, so this is a wait for /proc, not a race)."""
+    for _ in range(200):
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_http_gateway_sessions_are_independent_and_a_hung_phi_blocks_only_its_call(tmp_path):
-    work = copy_payments(tmp_path)
-    record = tmp_path / "record.jsonl"
+@contextlib.contextmanager
+def _http_gateway(work: Path, record: Path, hooks: str, *extra: str) -> Iterator[str]:
+    """``safecert shield serve --transport http`` in ``work`` with φ and the action map of module
+    ``hooks`` (its tools record to ``record``), yielding the MCP URL once it accepts connections;
+    stopped on exit, and its upstream with it."""
     port = _free_port()
-    args = _serve_args("--transport", "http", "--port", str(port), "--abstraction-timeout", "3")
-    args[args.index("phi:phi")] = "hooks:phi"
-    args[args.index("phi:action")] = "hooks:action"
+    args = _serve_args("--transport", "http", "--port", str(port), *extra)
+    args[args.index("phi:phi")] = f"{hooks}:phi"
+    args[args.index("phi:action")] = f"{hooks}:action"
     proc = subprocess.Popen(
         [*SAFECERT, *args], cwd=work, env={**os.environ, "PAYMENTS_RECORD": str(record)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    upstream: list[int] = []
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        for _ in range(600):
             try:
                 socket.create_connection(("127.0.0.1", port), 0.2).close()
                 break
             except OSError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                assert time.monotonic() < deadline, "gateway did not start"
                 time.sleep(0.1)
-        url = f"http://127.0.0.1:{port}/mcp"
-        done: dict[str, object] = {}
+        else:
+            raise AssertionError("the gateway did not start")
+        upstream = _children(proc.pid)
+        assert len(upstream) == 1
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert all(_gone(pid) for pid in upstream)  # stopped and reaped
 
-        async def hung() -> None:
+
+async def _pays(url: str, n: int) -> list[bool]:
+    """``n`` concurrent ``pay`` calls in one MCP session; whether each was an error."""
+    async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
+        await s.initialize()
+        results: list[bool] = []
+
+        async def pay() -> None:
+            res = await s.call_tool("pay", {"invoice": "INV-002", "amount": 50})
+            results.append(bool(res.is_error))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(pay)
+        return results
+
+
+def test_http_gateway_fails_closed_on_a_hung_raising_or_slow_abstraction(tmp_path):
+    work = copy_payments(tmp_path)
+    record = tmp_path / "record.jsonl"
+    done: dict[str, object] = {}
+    with _http_gateway(work, record, "hooks", "--abstraction-timeout", "3") as url:
+
+        async def hung() -> None:  # the action map hangs on this call
             async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
                 await s.initialize()
-                start = time.monotonic()
-                res = await s.call_tool("lookup_invoice", {"invoice": "HANG"})
-                done["hung"] = (_text(res), time.monotonic() - start)
+                done["hung"] = _text(await s.call_tool("lookup_invoice", {"invoice": "HANG"}))
 
-        async def racer() -> None:
-            async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
-                await s.initialize()
-                results = []
-
-                async def pay() -> None:
-                    res = await s.call_tool("pay", {"invoice": "INV-002", "amount": 50})
-                    results.append(res.is_error)
-
-                async with anyio.create_task_group() as tg:
-                    for _ in range(8):  # eight concurrent payments in one session
-                        tg.start_soon(pay)
-                # the hung session's call is still waiting for its abstraction's deadline
-                done["racer"] = (results, "hung" not in done)
-
-        async def fragile() -> None:
+        async def fragile() -> None:  # φ raises on the history after an executed call
             async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
                 await s.initialize()
                 first = await s.call_tool("lookup_invoice", {"invoice": "RAISE"})
                 second = await s.call_tool("lookup_invoice", {"invoice": "INV-003"})
-                done["fragile"] = (first.is_error, _text(second), "hung" not in done)
+                done["fragile"] = (first.is_error, _text(second))
 
         async def slow_phi() -> None:  # φ hangs on the history after an executed call
             async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
@@ -179,32 +205,24 @@ def test_http_gateway_sessions_are_independent_and_a_hung_phi_blocks_only_its_ca
                 second = await s.call_tool("lookup_invoice", {"invoice": "INV-004"})
                 done["slow"] = (first.is_error, _text(second))
 
+        async def racer() -> None:
+            done["racer"] = await _pays(url, 8)  # eight concurrent payments in one session
+
         async def main() -> None:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(hung)
-                tg.start_soon(slow_phi)
-                await anyio.sleep(0.05)
-                tg.start_soon(racer)
-                tg.start_soon(fragile)
+                for job in (hung, slow_phi, racer, fragile):
+                    tg.start_soon(job)
 
         anyio.run(main)
-        upstream = _children(proc.pid)
-        assert len(upstream) == 1
-    finally:
-        proc.terminate()
-        proc.wait(20)
-    time.sleep(0.2)
-    assert not any(Path(f"/proc/{pid}").exists() for pid in upstream)  # stopped and reaped
-    text, waited = done["hung"]
-    assert text.startswith("blocked by shield") and "DeadlineExceeded" in text
-    assert 2.5 < waited < 60  # blocked by its 3 s deadline, not before (and not never)
-    results, hung_pending = done["racer"]
-    assert sorted(results) == [False] + [True] * 7  # exactly one payment went through
-    first_error, second, hung_pending_too = done["fragile"]
+    text = done["hung"]
+    assert text.startswith("blocked by shield")  # the hung action map's own 3 s deadline fired:
+    assert "DeadlineExceeded: no answer within 3 s" in text  # not another error, and not never
+    assert sorted(done["racer"]) == [False] + [True] * 7  # exactly one payment went through
+    first_error, second = done["fragile"]
     assert first_error is False and "session ended" in second  # φ raised after the call
-    assert hung_pending and hung_pending_too  # other sessions went on meanwhile
     slow_first_error, slow_second = done["slow"]  # executed; φ of its history timed out
     assert slow_first_error is False and "session ended" in slow_second
+    assert "DeadlineExceeded" in slow_second
     executed = _record(record)
     by_invoice: dict[str, list[dict]] = {}
     for call in executed:
@@ -213,6 +231,61 @@ def test_http_gateway_sessions_are_independent_and_a_hung_phi_blocks_only_its_ca
     assert set(by_invoice) == {"INV-002", "RAISE", "SLOW"}
     assert [c["tool"] for c in by_invoice["INV-002"]] == ["pay"]
     assert replay_violations(by_invoice["INV-002"]) == []
+
+
+GATE = """
+import pathlib, time
+from phi import action as _action, phi
+
+def action(tool, arguments):
+    if arguments.get("invoice") == "GATE":  # stuck until the test has seen the others finish
+        pathlib.Path("entered").touch()
+        while not pathlib.Path("released").exists():
+            time.sleep(0.01)
+    return _action(tool, arguments)
+"""
+
+
+def test_http_sessions_go_on_while_another_sessions_abstraction_is_stuck(tmp_path):
+    """Causal, not timed: one session's action map cannot return before the other sessions have
+    finished (the test releases it only then). Were sessions serialised behind it, the others could
+    finish only after its 120 s deadline fired, and the gated call would come back blocked."""
+    work = copy_payments(tmp_path)
+    (work / "gate.py").write_text(GATE, encoding="utf-8")
+    record = tmp_path / "record.jsonl"
+    done: dict[str, object] = {}
+    with _http_gateway(work, record, "gate", "--abstraction-timeout", "120") as url:
+
+        async def gated() -> None:
+            async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
+                await s.initialize()
+                res = await s.call_tool("lookup_invoice", {"invoice": "GATE"})
+                done["gated"] = (res.is_error, _text(res), (work / "released").exists())
+
+        async def others() -> None:
+            while not (work / "entered").exists():  # the gated call is inside its action map
+                await anyio.sleep(0.01)
+            async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
+                await s.initialize()
+                res = await s.call_tool("lookup_invoice", {"invoice": "INV-003"})
+                done["lookup"] = (res.is_error, _text(res))
+            done["racer"] = await _pays(url, 8)
+            (work / "released").touch()
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(gated)
+                tg.start_soon(others)
+
+        anyio.run(main)
+    assert done["lookup"][0] is False and json.loads(done["lookup"][1])["found"] is True
+    assert sorted(done["racer"]) == [False] + [True] * 7
+    gated_error, gated_text, released_first = done["gated"]
+    assert gated_error is False and json.loads(gated_text)["invoice"] == "GATE", gated_text
+    assert released_first  # it could only go on once the others had finished
+    tools = [(c["tool"], c["arguments"]["invoice"]) for c in _record(record)]
+    assert sorted(tools) == [("lookup_invoice", "GATE"), ("lookup_invoice", "INV-003"),
+                             ("pay", "INV-002")]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -44,8 +44,11 @@ DEADLINE_S = 60  # a hang guard for every wait, not a speed requirement
 FLAKY = '''
 import os, time
 from pathlib import Path
+# our pid as the test sees it: the upstream may run in a PID namespace of its own (getpid() is
+# then 2), while /proc is the test's
+PID = int(os.readlink("/proc/self"))
 with open(os.environ["FLAKY_PIDS"], "a") as fh:
-    fh.write(f"{os.getpid()}\\n")
+    fh.write(f"{PID}\\n")
 from mcp.server.mcpserver import MCPServer
 if Path("slow_start").exists():
     time.sleep(float(Path("slow_start").read_text()))
@@ -53,11 +56,11 @@ app = MCPServer("flaky")
 def lookup_invoice(invoice: str) -> dict:
     """Look an invoice up (SLEEP:s sleeps first, CRASH kills this server)."""
     if invoice.startswith("SLEEP:"):
-        Path("sleeping").write_text(str(os.getpid()))
+        Path("sleeping").write_text(str(PID))
         time.sleep(float(invoice[6:]))
     if invoice == "CRASH":
         os._exit(1)
-    return {"invoice": invoice, "found": True, "pid": os.getpid()}
+    return {"invoice": invoice, "found": True, "pid": PID}
 app.tool()(lookup_invoice)
 app.run()
 '''

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safecert.errors import ConfigError
-from safecert.shield.session import load_action_rules
+from safecert.shield.action_rules import load_action_rules
 from tests.shield.payments_support import PAYMENTS, payments_phi
 
 RULES = load_action_rules(PAYMENTS / "actions.toml")

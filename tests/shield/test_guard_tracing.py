@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from safecert.shield import session as session_mod
+from safecert.shield import audit as audit_mod
 from safecert.shield.adapters import ShieldBlocked, guarded
 from tests.shield.payments_support import CERT, payments_phi
 
@@ -32,7 +32,7 @@ def test_one_span_per_decision_matching_the_audit_log(tmp_path, monkeypatch):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(session_mod, "_TRACER", [provider.get_tracer("test")])
+    monkeypatch.setattr(audit_mod, "_TRACER", [provider.get_tracer("test")])
     phi = payments_phi()
     audit = tmp_path / "audit.jsonl"
     tools = guarded([lookup_invoice, pay], CERT, phi.phi, action_map=phi.action, audit_log=audit)

@@ -1,5 +1,5 @@
 """``safecert shield serve`` and ``safecert shield ingest``: the certified shield in front of real
-agents. Parsing and printing only; the work is in :mod:`safecert.shield.gateway`,
+agents. Parsing and printing only; the work is in :mod:`safecert.shield.serve`,
 :mod:`safecert.shield.ingest` and :mod:`safecert.shield.session`."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ActionMapOpt = Annotated[
     typer.Option(
         "--action-map",
         help="MODULE:FUNC, (tool, arguments) -> action, or a rules file (*.toml, "
-        "safecert.shield.session.load_action_rules); default: the tool's name.",
+        "safecert.shield.action_rules.load_action_rules); default: the tool's name.",
     ),
 ]
 TimeoutOpt = Annotated[
@@ -37,7 +37,8 @@ TimeoutOpt = Annotated[
 
 
 def _action_map(spec: str | None):
-    from safecert.shield.session import load_action_rules, load_callable
+    from safecert.shield.abstraction import load_callable
+    from safecert.shield.action_rules import load_action_rules
 
     if spec is None:
         return None
@@ -47,7 +48,7 @@ def _action_map(spec: str | None):
 
 
 def _abstraction(model, abstraction: str, action_map: str | None, timeout_s: float):
-    from safecert.shield.session import Abstraction, check_timeout, load_callable
+    from safecert.shield.abstraction import Abstraction, check_timeout, load_callable
 
     return Abstraction(
         model,
@@ -113,10 +114,12 @@ def serve(
 
     Example: safecert shield serve --certificate runs/pay/certificate.json --upstream "python tools_server.py" --abstraction phi:phi --action-map phi:action --steps-log steps.jsonl
     """
+    from safecert.shield.abstraction import check_timeout
+    from safecert.shield.audit import ON_BLOCK, OnBlock
     from safecert.shield.certified import load_certified_shield
-    from safecert.shield.gateway import EXIT_UPSTREAM, ServeOptions, UpstreamFailed
-    from safecert.shield.gateway import run as run_gateway
-    from safecert.shield.session import ON_BLOCK, OnBlock, check_timeout
+    from safecert.shield.serve import EXIT_UPSTREAM, ServeOptions
+    from safecert.shield.serve import run as run_gateway
+    from safecert.shield.upstream import UpstreamFailed
 
     if on_block not in ON_BLOCK:
         raise ConfigError(f"unknown policy {on_block!r}", field="--on-block", fix=f"use {ON_BLOCK}")

@@ -30,163 +30,24 @@ them as read-only); ``φ`` returns a state label or a dict of predicate values, 
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from safecert.errors import SafecertError
+from safecert.shield.abstraction import Abstraction, AbstractionFailed, decode_result, why
+from safecert.shield.audit import (
+    BLOCKED_PREFIX,
+    ON_BLOCK,
+    Decision,
+    JsonlSink,
+    OnBlock,
+    trace_decision,
+)
 from safecert.shield.certified import CertifiedShield
-from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline, call_with_deadline
 from safecert.shield.guard import MAX_REFUSALS, permitted_actions
-from safecert.shield.model import ShieldModel
-
-OnBlock = Literal["ask_again", "halt"]
-ON_BLOCK: tuple[OnBlock, ...] = ("ask_again", "halt")
-BLOCKED_PREFIX = "blocked by shield"
-
-
-def decode_result(value: Any) -> Any:
-    """A tool result as φ sees it: JSON when the text is JSON, else the text itself."""
-    if isinstance(value, list):  # content parts
-        value = "".join(p.get("text", "") for p in value if isinstance(p, dict))
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-@dataclass(frozen=True)
-class Abstraction:
-    """φ and the action map of a deployment, bound to a model, each run under a deadline.
-
-    ``phi(history) -> state`` (a label or a dict of predicate values); ``action_map(tool,
-    arguments) -> action`` (default: the tool's name). :meth:`state` and :meth:`action` return model
-    labels or raise :class:`AbstractionFailed` with the reason — the same code path for the
-    gateway, the adapters and ``safecert shield ingest``."""
-
-    model: ShieldModel
-    phi: Callable[[list[dict[str, Any]]], object]
-    action_map: Callable[[str, dict[str, Any]], object] | None = None
-    timeout_s: float = 2.0
-
-    def state(self, history: list[dict[str, Any]]) -> int:
-        """Index of φ(history) in the model."""
-        try:
-            value = call_with_deadline(self.phi, (list(history),), self.timeout_s)
-        except Exception as exc:
-            raise AbstractionFailed(f"abstraction failed ({_why(exc)})") from None
-        return self._state_index(value)
-
-    async def astate(self, history: list[dict[str, Any]]) -> int:
-        """:meth:`state` awaited on an asyncio loop (no thread blocked while φ runs)."""
-        try:
-            value = await acall_with_deadline(self.phi, (list(history),), self.timeout_s)
-        except Exception as exc:
-            raise AbstractionFailed(f"abstraction failed ({_why(exc)})") from None
-        return self._state_index(value)
-
-    async def aaction(self, tool: str, arguments: dict[str, Any]) -> str:
-        """:meth:`action` awaited on an asyncio loop."""
-        if self.action_map is None:
-            return self._action_name(tool, tool)
-        try:
-            value = await acall_with_deadline(
-                self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
-            )
-        except Exception as exc:
-            raise AbstractionFailed(f"action map failed ({_why(exc)})") from None
-        return self._action_name(tool, value)
-
-    def _state_index(self, value: object) -> int:
-        try:
-            return self.model.state_index(value, field="abstraction")
-        except SafecertError as exc:
-            raise AbstractionFailed(
-                f"abstraction returned a state outside the model ({exc})"
-            ) from None
-
-    def action(self, tool: str, arguments: dict[str, Any]) -> str:
-        """The model action of a tool call."""
-        if self.action_map is None:
-            value: object = tool
-        else:
-            try:
-                value = call_with_deadline(
-                    self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
-                )
-            except Exception as exc:
-                raise AbstractionFailed(f"action map failed ({_why(exc)})") from None
-        return self._action_name(tool, value)
-
-    def _action_name(self, tool: str, value: object) -> str:
-        if not isinstance(value, str) or value not in self.model.actions:
-            raise AbstractionFailed(f"unknown action {value!r} for tool {tool!r}")
-        return value
-
-
-class AbstractionFailed(Exception):
-    """φ or the action map failed, timed out or answered outside the model (the call is blocked)."""
-
-
-class JsonlSink:
-    """An append-only JSON Lines file shared by sessions: one short lock around each write."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
-        self._lock = threading.Lock()
-
-    def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True, default=str) + "\n"
-        with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._fh.close()
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The guard's verdict on one proposed call.
-
-    ``action``/``state`` are ``None`` when they could not be determined (then the call is
-    blocked); ``permitted`` is D(state) (empty once the session ended); ``ends_session`` says the
-    session is over after this decision (halt, a refusal limit, the ``halt`` policy)."""
-
-    allowed: bool
-    tool: str
-    action: str | None
-    state: str | None
-    permitted: tuple[str, ...]
-    reason: str = ""
-    ends_session: bool = False
-    arguments: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def is_halt(self) -> bool:
-        return self.allowed and self.ends_session
-
-    def message(self) -> str:
-        """What a blocked call returns to the agent: begins ``blocked by shield``."""
-        return (
-            f"{BLOCKED_PREFIX}: {self.reason}; permitted actions: "
-            f"{', '.join(self.permitted) if self.permitted else 'none (session ended)'}"
-        )
 
 
 @dataclass
@@ -244,7 +105,7 @@ class GuardSession:
             try:
                 result = execute()
             except Exception as exc:
-                self.commit(decision, f"error: {_why(exc)}")
+                self.commit(decision, f"error: {why(exc)}")
                 raise
             self.commit(decision, decode_result(result))
             return result
@@ -278,8 +139,8 @@ class GuardSession:
                 with anyio.fail_after(timeout_s):
                     result = await execute()
             except BaseException as exc:
-                why = "timed out" if isinstance(exc, TimeoutError) else _why(exc)
-                self.end(f"{tool!r} failed ({why}); the state after it is unknown")
+                cause = "timed out" if isinstance(exc, TimeoutError) else why(exc)
+                self.end(f"{tool!r} failed ({cause}); the state after it is unknown")
                 raise
             entry = self._entry(decision, result_value(result))
             try:
@@ -469,7 +330,7 @@ class GuardSession:
                 )
 
     def _audit(self, d: Decision) -> None:
-        _trace(d, self.session_id, self.steps)
+        trace_decision(d, self.session_id, self.steps)
         if self.audit_log is not None:
             self.audit_log.write(
                 {
@@ -492,133 +353,11 @@ class GuardSession:
             )
 
 
-_TRACER: list[Any] = []  # [tracer or None], resolved on first use
-
-
-def _trace(d: Decision, session_id: str, steps: int) -> None:
-    """One OpenTelemetry span per decision (``safecert.shield.decision``) when the
-    ``opentelemetry`` API is installed; the active tracer provider decides where it goes (the
-    API's default provider drops it). Nothing else depends on it."""
-    if not _TRACER:
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _TRACER.append(None)
-        else:
-            _TRACER.append(trace.get_tracer("safecert.shield"))
-    tracer = _TRACER[0]
-    if tracer is None:
-        return
-    attributes = {
-        "safecert.session": session_id,
-        "safecert.tool": d.tool,
-        "safecert.allowed": d.allowed,
-        "safecert.ends_session": d.ends_session,
-        "safecert.executed_calls": steps,
-    }
-    for key, value in (("state", d.state), ("action", d.action), ("reason", d.reason)):
-        if value is not None:
-            attributes[f"safecert.{key}"] = value
-    with tracer.start_as_current_span("safecert.shield.decision", attributes=attributes):
-        pass
-
-
 def _known(value: Any) -> Any:
     """A value computed ahead, or the :class:`AbstractionFailed` it failed with, raised."""
     if isinstance(value, AbstractionFailed):
         raise value
     return value
-
-
-_RULE_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "eq": lambda v, x: v == x,
-    "ne": lambda v, x: v != x,
-    "gt": lambda v, x: isinstance(v, int | float) and v > x,
-    "ge": lambda v, x: isinstance(v, int | float) and v >= x,
-    "lt": lambda v, x: isinstance(v, int | float) and v < x,
-    "le": lambda v, x: isinstance(v, int | float) and v <= x,
-    "in": lambda v, x: v in x,
-}
-
-
-def load_action_rules(path: Path) -> Callable[[str, dict[str, Any]], str]:
-    """An action map from a TOML rules file, so most deployments write no Python for it::
-
-        [[rule]]
-        tool = "pay"
-        when = { amount = { gt = 1000 } }   # every condition must hold (absent argument: no)
-        action = "pay_large"
-
-        [[rule]]
-        tool = "pay"
-        action = "pay_small"
-
-    The first rule whose ``tool`` matches and whose ``when`` conditions all hold gives the action
-    (operators ``eq ne gt ge lt le in``; ``gt``… hold only for numbers); a call no rule matches
-    maps to its tool's name, which the guard blocks unless the model has that action. Raises
-    :class:`ConfigError` naming the rule for a malformed file."""
-    import tomllib
-
-    from safecert.errors import ConfigError
-
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path} ({exc})", field="--action-map") from None
-    rules = doc.get("rule")
-    if not isinstance(rules, list) or not rules or set(doc) != {"rule"}:
-        raise ConfigError(f"{path}: expected [[rule]] tables only", field="--action-map")
-    parsed: list[tuple[str, list[tuple[str, str, Any]], str]] = []
-    for i, rule in enumerate(rules, 1):
-        where = f"{path}: rule {i}"
-        if not isinstance(rule, dict) or set(rule) - {"tool", "when", "action"}:
-            raise ConfigError(f"{where}: keys are tool, when, action", field="--action-map")
-        tool, action, when = rule.get("tool"), rule.get("action"), rule.get("when", {})
-        if not isinstance(tool, str) or not isinstance(action, str) or not isinstance(when, dict):
-            raise ConfigError(
-                f"{where}: tool and action must be strings, when a table", field="--action-map"
-            )
-        conds = []
-        for arg, test in when.items():
-            if not isinstance(test, dict) or not test or set(test) - set(_RULE_OPS):
-                raise ConfigError(
-                    f"{where}: condition on {arg!r} must use {sorted(_RULE_OPS)}",
-                    field="--action-map",
-                )
-            conds += [(arg, op, value) for op, value in test.items()]
-        parsed.append((tool, conds, action))
-
-    def action_map(tool: str, arguments: dict[str, Any]) -> str:
-        for rule_tool, conds, action in parsed:
-            if rule_tool == tool and all(
-                arg in arguments and _RULE_OPS[op](arguments[arg], value)
-                for arg, op, value in conds
-            ):
-                return action
-        return tool
-
-    return action_map
-
-
-def load_callable(spec: str, option: str) -> Callable[..., Any]:
-    """``MODULE:FUNC`` resolved from the working directory (or PYTHONPATH); one-line error. The
-    gateway's abstraction and action map are the operator's own code and run in its process."""
-    from safecert.errors import ConfigError
-    from safecert.usercode import import_from
-
-    fn = import_from(spec, Path.cwd(), field=option)
-    if not callable(fn):
-        raise ConfigError(f"{spec!r} is not callable", field=option)
-    return fn
-
-
-def check_timeout(timeout_s: float, option: str = "--timeout") -> float:
-    """A deadline in seconds: finite, in (0, 3600]."""
-    from safecert.errors import ConfigError
-
-    if not 0 < timeout_s <= 3600:  # also rejects nan and inf
-        raise ConfigError(f"must be in (0, 3600] seconds, got {timeout_s}", field=option)
-    return timeout_s
 
 
 __all__ = [
@@ -627,11 +366,8 @@ __all__ = [
     "Abstraction",
     "AbstractionFailed",
     "Decision",
-    "DeadlineExceeded",
     "GuardSession",
     "JsonlSink",
-    "call_with_deadline",
-    "check_timeout",
+    "OnBlock",
     "decode_result",
-    "load_callable",
 ]

@@ -1,0 +1,77 @@
+"""A declarative action map: a TOML rules file (tool + argument conditions → model action), so most
+deployments write no Python for it (``safecert shield serve --action-map rules.toml``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_RULE_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": lambda v, x: v == x,
+    "ne": lambda v, x: v != x,
+    "gt": lambda v, x: isinstance(v, int | float) and v > x,
+    "ge": lambda v, x: isinstance(v, int | float) and v >= x,
+    "lt": lambda v, x: isinstance(v, int | float) and v < x,
+    "le": lambda v, x: isinstance(v, int | float) and v <= x,
+    "in": lambda v, x: v in x,
+}
+
+
+def load_action_rules(path: Path) -> Callable[[str, dict[str, Any]], str]:
+    """An action map from a TOML rules file, so most deployments write no Python for it::
+
+        [[rule]]
+        tool = "pay"
+        when = { amount = { gt = 1000 } }   # every condition must hold (absent argument: no)
+        action = "pay_large"
+
+        [[rule]]
+        tool = "pay"
+        action = "pay_small"
+
+    The first rule whose ``tool`` matches and whose ``when`` conditions all hold gives the action
+    (operators ``eq ne gt ge lt le in``; ``gt``… hold only for numbers); a call no rule matches
+    maps to its tool's name, which the guard blocks unless the model has that action. Raises
+    :class:`ConfigError` naming the rule for a malformed file."""
+    import tomllib
+
+    from safecert.errors import ConfigError
+
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path} ({exc})", field="--action-map") from None
+    rules = doc.get("rule")
+    if not isinstance(rules, list) or not rules or set(doc) != {"rule"}:
+        raise ConfigError(f"{path}: expected [[rule]] tables only", field="--action-map")
+    parsed: list[tuple[str, list[tuple[str, str, Any]], str]] = []
+    for i, rule in enumerate(rules, 1):
+        where = f"{path}: rule {i}"
+        if not isinstance(rule, dict) or set(rule) - {"tool", "when", "action"}:
+            raise ConfigError(f"{where}: keys are tool, when, action", field="--action-map")
+        tool, action, when = rule.get("tool"), rule.get("action"), rule.get("when", {})
+        if not isinstance(tool, str) or not isinstance(action, str) or not isinstance(when, dict):
+            raise ConfigError(
+                f"{where}: tool and action must be strings, when a table", field="--action-map"
+            )
+        conds = []
+        for arg, test in when.items():
+            if not isinstance(test, dict) or not test or set(test) - set(_RULE_OPS):
+                raise ConfigError(
+                    f"{where}: condition on {arg!r} must use {sorted(_RULE_OPS)}",
+                    field="--action-map",
+                )
+            conds += [(arg, op, value) for op, value in test.items()]
+        parsed.append((tool, conds, action))
+
+    def action_map(tool: str, arguments: dict[str, Any]) -> str:
+        for rule_tool, conds, action in parsed:
+            if rule_tool == tool and all(
+                arg in arguments and _RULE_OPS[op](arguments[arg], value)
+                for arg, op, value in conds
+            ):
+                return action
+        return tool
+
+    return action_map

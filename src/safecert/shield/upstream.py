@@ -1,0 +1,197 @@
+"""The upstream MCP server process behind the gateway, kept running (restarted with backoff).
+
+One incarnation at a time runs under :class:`safecert.procs.VendorProcess`: a process group of its
+own, a subreaper that takes its subtree down, a parent-death signal (``kill -9`` of the gateway
+takes it down). When it dies it is restarted with exponential backoff, at most ``restarts_max``
+times; a call in flight gets :class:`UpstreamDied`; past the limit :meth:`Upstream.run` raises
+:class:`UpstreamFailed`. Start-up (``initialize`` and ``tools/list``) has its own deadline,
+``start_timeout_s``, separate from the per-call one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from safecert.errors import ConfigError, SafecertError
+from safecert.shield.stdio_framing import copy_stderr, jsonrpc_lines, pipes
+from safecert.usercode import split_command
+
+BACKOFF_S = (0.1, 5.0)  # first restart delay, doubled per consecutive restart up to the cap
+
+
+class UpstreamFailed(SafecertError):
+    """The upstream died more often than ``upstream_restarts`` allows."""
+
+
+class UpstreamDied(ConnectionError):
+    """The upstream process ended while a call was in flight."""
+
+
+@dataclass
+class Upstream:
+    """One upstream MCP server process at a time, restarted when it dies (module docstring).
+
+    ``state`` is ``starting``, ``up``, ``restarting``, ``failed`` or ``stopped``. Every incarnation
+    runs under :class:`safecert.procs.VendorProcess`: its own process group, a subreaper that
+    takes its subtree down, a parent-death signal."""
+
+    argv: list[str]
+    cwd: str
+    start_timeout_s: float = 30.0
+    restarts_max: int = 3
+    state: str = "starting"
+    restarts: int = 0
+    tools: list[Any] = field(default_factory=list)
+    session: Any = None
+    _closed: Any = None  # anyio.Event: its connection ended
+
+    async def run(self, *, task_status: Any) -> None:
+        """Start the upstream (``task_status.started()`` once it answered ``initialize`` and
+        ``tools/list``), then keep it running. Raises :class:`ConfigError` when the first start
+        fails, :class:`UpstreamFailed` past the restart limit."""
+        import anyio
+
+        try:
+            while True:
+                try:
+                    await self._incarnation(task_status)
+                    why = "exited"
+                except Exception as exc:  # a start that failed or a transport that broke
+                    if self.restarts == 0 and self.state == "starting":
+                        raise ConfigError(
+                            f"the upstream {' '.join(self.argv)!r} did not start "
+                            f"({first_cause(exc)})",
+                            field="upstream",
+                        ) from None
+                    why = first_cause(exc)
+                if self.restarts >= self.restarts_max:
+                    self.state = "failed"
+                    raise UpstreamFailed(
+                        f"the upstream {' '.join(self.argv)!r} {why}; "
+                        f"{self.restarts} restarts allowed (--upstream-restarts), giving up"
+                    )
+                self.state = "restarting"
+                self.restarts += 1
+                delay = min(BACKOFF_S[0] * 2 ** (self.restarts - 1), BACKOFF_S[1])
+                print(
+                    f"safecert shield serve: the upstream {why}; restart {self.restarts}/"
+                    f"{self.restarts_max} in {delay:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                await anyio.sleep(delay)
+                task_status = anyio.TASK_STATUS_IGNORED
+        finally:
+            if self.state != "failed":
+                self.state = "stopped"
+
+    async def _incarnation(self, task_status: Any) -> None:
+        import anyio
+        from mcp import ClientSession
+
+        from safecert.procs import VendorProcess
+
+        # started from this (the event loop's) thread: the supervisor's parent-death signal
+        # follows the thread that started it, and a worker thread of anyio's pool comes and goes
+        vendor = VendorProcess(self.argv, cwd=self.cwd)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(copy_stderr, vendor.stderr)
+                reader, writer = await pipes(vendor.stdout, vendor.stdin)
+                async with (
+                    jsonrpc_lines(reader, writer) as (read, write, closed, _),
+                    ClientSession(read, write) as session,
+                ):
+                    with anyio.fail_after(self.start_timeout_s):
+                        await session.initialize()
+                        tools = await _all_tools(session)
+                    self.session, self.tools, self.state = session, tools, "up"
+                    self._closed = closed
+                    task_status.started()
+                    await closed.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self.session = None
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(vendor.kill)
+            for pipe in (vendor.stdin, vendor.stdout, vendor.stderr):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+    @property
+    def status(self) -> str:
+        """``state``, except that an incarnation whose connection has just ended is no longer
+        up (its clean-up is under way)."""
+        if self.state == "up" and self._closed is not None and self._closed.is_set():
+            return "restarting" if self.restarts < self.restarts_max else "failed"
+        return self.state
+
+    async def wait_up(self, timeout_s: float) -> bool:
+        """Whether the upstream is up, waiting at most ``timeout_s`` for a (re)start."""
+        import anyio
+
+        with anyio.move_on_after(timeout_s):
+            while self.status in ("starting", "restarting"):
+                await anyio.sleep(0.01)  # only while it is down: a rare, short wait
+        return self.status == "up"
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """The upstream's ``tools/call``; :class:`UpstreamDied` if it dies before answering."""
+        import anyio
+
+        session, closed = self.session, self._closed
+        if session is None:
+            raise UpstreamDied("the upstream is not running")
+        result: list[Any] = []
+
+        async def call() -> None:
+            result.append(await session.call_tool(name, arguments))
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await closed.wait()
+            tg.cancel_scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                tg.start_soon(watch)
+        except Exception as exc:
+            if closed.is_set():
+                raise UpstreamDied("the upstream process exited during the call") from exc
+            raise
+        if not result:
+            raise UpstreamDied("the upstream process exited during the call")
+        return result[0]
+
+
+def upstream_command(spec: str) -> list[str]:
+    """The upstream command line (no shell); ``python`` means this interpreter."""
+    return split_command(spec, field="upstream", example='"python tools_server.py"')
+
+
+def first_cause(exc: BaseException) -> str:
+    """The innermost first error of an exception group, as ``Type: message``."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "no answer within the upstream start timeout"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+async def _all_tools(upstream: Any) -> list[Any]:
+    import mcp_types as types
+
+    tools, cursor = [], None
+    while True:
+        page = await upstream.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            return tools

@@ -39,6 +39,7 @@ boolean arrays (the shield model's unsafe and goal sets).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -414,8 +415,12 @@ class _Parser:
             raise self.error(f"unexpected {tok!r} in {self.text!r}")
         allowed = ", ".join(sorted(self.names)[:20])
         functions = f"; functions: {', '.join(FUNCTIONS)}" if self.dialect == "full" else ""
+        known = [*self.names, *(FUNCTIONS if self.dialect == "full" else ())]
+        close = difflib.get_close_matches(tok, known, n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
         raise self.error(
-            f"unknown name {tok!r} in {self.text!r}", fix=f"use one of: {allowed}" + functions
+            f"unknown name {tok!r} in {self.text!r}",
+            fix=f"{guess}use one of: {allowed}" + functions,
         )
 
     def call(self, name: str) -> Compiled:

@@ -60,7 +60,10 @@ def test_python_oracle_per_observation(tmp_path):
         ("def act(o):\n    raise RuntimeError('boom')\n", "RuntimeError: boom"),
         ("def act(o):\n    return o[:1, :2]\n", "expected 3 action rows, got 1"),
         ("def act(o):\n    return o[:, :2] * float('nan')\n", "non-finite"),
-        ("def act(o):\n    return [['a', 'b']] * len(o)\n", "not numeric"),
+        (
+            "def act(o):\n    return [['a', 'b']] * len(o)\n",
+            r"not numbers \(a str at actions\[0\]\[0\]",
+        ),
         ("def act(o):\n    return 1.0\n", "scalar"),
         (
             "import time\ndef act(o):\n    time.sleep(0.3)\n    return o\n",

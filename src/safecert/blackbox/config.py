@@ -89,14 +89,12 @@ class Spec(BaseModel):
 
 
 def _check_expression(expand: Any, value: str, field: str, names: tuple[str, ...]) -> None:
-    """Parse ``value`` (after shorthand expansion); its ConfigError becomes a ValueError so that
-    pydantic reports it on the field."""
+    """Parse ``value`` (after shorthand expansion). Its ConfigError, which names ``field`` and
+    quotes the expression once, passes through pydantic unchanged (a ValueError would be
+    reported with the expression repeated as the received value)."""
     from safecert.expressions import parse
 
-    try:
-        parse(expand(value), field, names=names)
-    except ConfigError as exc:
-        raise ValueError(str(exc).removeprefix(f"{field}: ")) from None
+    parse(expand(value), field, names=names)
 
 
 class KpiRange(BaseModel):

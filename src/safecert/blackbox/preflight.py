@@ -58,11 +58,26 @@ def check_policy_and_spec(plan: RunPlan, oracle: Oracle) -> None:
             raise ConfigError(
                 f"{exc.reason} (checked on one nominal episode before the run)",
                 field=exc.field,
-                fix="use what the environment provides, or write an explicit default such as "
-                'info.get("KEY", 0)',
+                fix=_spec_fix(exc.reason, env),
             ) from None
     finally:
         env.close()
+
+
+def _spec_fix(reason: str, env: Any) -> str:
+    """How to repair a spec the nominal episode could not evaluate: an index outside ``obs`` or
+    ``action`` gets their sizes and valid ranges; a missing key the explicit-default advice."""
+    if "out of range" not in reason:
+        return 'use what the environment provides, or write an explicit default such as info.get("KEY", 0)'
+    sizes = []
+    for name, space in (("obs", env.observation_space), ("action", env.action_space)):
+        shape = getattr(space, "shape", None) or ()
+        if shape:
+            n = int(shape[0])
+            sizes.append(f"{name} has {n} entries (index 0 to {n - 1}, or -{n} to -1)")
+        else:
+            sizes.append(f"{name} is a single number (no index: write {name})")
+    return "index within the sizes: " + "; ".join(sizes)
 
 
 def compute_ranges(plan: RunPlan) -> dict[str, Any]:

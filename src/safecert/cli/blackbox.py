@@ -82,14 +82,47 @@ def _verdict_table(cert, command: str = "safecert certify") -> None:
         f"stage 1 (nominal): {s1.decision} ({counts} {s1.upper_bound:.5f}); "
         f"ODD: {len(res.odd)}/{len(res.cells)} cells"
     )
-    oos = res.oracle_failures.kinds.get("action_out_of_space")
-    if oos is not None:
-        console.print(
-            f"out-of-space actions: {oos.count} episodes ended by an action outside the action "
-            f"space (action_out_of_space = {res.action_out_of_space}), e.g. {oos.example}"
-        )
+    for line in _failure_lines(res):
+        console.print(line, markup=False, highlight=False)
     colour = {"PASS": "green", "FAIL": "red"}.get(cert.verdict, "yellow")
     console.print(f"[bold {colour}]{cert.verdict}[/]")
+
+
+#: what each kind of failed episode means, for the console summary
+_FAILURE_WORDS = {
+    "action_out_of_space": "ended by an action outside the action space",
+    "action_shape": "ended by an action of the wrong type or shape",
+    "spec": "ended because spec.cost or spec.goal could not be evaluated",
+    "oracle_call": "ended by a failed policy call (no valid reply in time)",
+}
+_FAILURE_FIX = {
+    "action_out_of_space": "return actions inside the space (a Box action may instead be clipped: "
+    'spec.action_out_of_space = "clip")',
+    "action_shape": "return one action of the environment's action space per observation",
+    "spec": "read only what the environment provides, or give info.get a default",
+    "oracle_call": "see the example; replay one episode with --replay CELL:INDEX",
+}
+
+
+def _failure_lines(res) -> list[str]:
+    """Why episodes failed, one line per kind: how many of all stored episodes, what the kind
+    means, its first example, and — when every episode failed so — what to change."""
+    total = sum(c.episodes for c in res.cells)
+    if res.stage1.cell >= len(res.cells):  # a separate stage-1 cell, not in the grid
+        total += res.stage1.episodes
+    lines = []
+    for kind, seen in sorted(res.oracle_failures.kinds.items(), key=lambda kv: -kv[1].count):
+        rule = (
+            f" (action_out_of_space = {res.action_out_of_space})"
+            if kind == "action_out_of_space"
+            else ""
+        )
+        every = f"; every episode failed so: {_FAILURE_FIX[kind]}" if seen.count >= total else ""
+        lines.append(
+            f"failed episodes: {seen.count}/{total} {_FAILURE_WORDS.get(kind, kind)}{rule}, "
+            f"e.g. {seen.example}{every}"
+        )
+    return lines
 
 
 def _parse_replay(text: str) -> tuple[int, int]:

@@ -309,10 +309,35 @@ def _resolve_command(command: str, base: Path) -> tuple[tuple[str, ...], tuple[s
             raise ConfigError(f"program {program!r} is not on PATH", field="policy")
         argv[0] = found
     for arg in argv[1:]:
-        named = _named_file(arg.partition("=")[2] if arg.startswith("-") else arg, base)
+        value = arg.partition("=")[2] if arg.startswith("-") else arg
+        named = _named_file(value, base)
+        if named is None and _looks_like_file(value):
+            raise ConfigError(
+                f"the argument {value!r} of {command!r} names a file that does not exist "
+                f"({base / Path(value).expanduser()})",
+                field="policy",
+                fix="check the path (relative paths resolve from the config's folder)",
+            )
         if named is not None and str(named) not in artifacts:
             artifacts.append(str(named))
     return tuple(argv), tuple(artifacts)
+
+
+#: suffixes of code and model files: an ``exec:`` argument ending in one names a file that must
+#: exist (a vendor that cannot find its script or weights fails only at its health check, and
+#: says why in a stack trace of its own)
+_FILE_SUFFIXES = frozenset(
+    ".py .js .mjs .cjs .ts .rb .pl .php .lua .r .jl .sh .bash .awk .jar .wasm .exe .onnx .pt "
+    ".pth .pb .h5 .keras .ckpt .safetensors .zip .pkl .pickle .joblib .npz .npy .bin .so".split()
+)
+
+
+def _looks_like_file(arg: str) -> bool:
+    """An argument that names a file: a path (``./``, ``../``, ``~/``) or a code or model file
+    (:data:`_FILE_SUFFIXES`); never a URL or a phrase."""
+    if not arg or any(c.isspace() for c in arg) or "://" in arg:
+        return False
+    return arg.startswith(("./", "../", "~/")) or Path(arg).suffix.lower() in _FILE_SUFFIXES
 
 
 def _named_file(arg: str, base: Path) -> Path | None:
@@ -336,3 +361,9 @@ def _check_url(url: str) -> None:
         raise ConfigError(f"invalid URL {url!r} ({exc})", field="policy") from None
     if not parsed.host:
         raise ConfigError(f"URL {url!r} has no host", field="policy", fix="http://host:port/path")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ConfigError(
+            f"URL {url!r} has port {parsed.port}, outside 1-65535",
+            field="policy",
+            fix="give the port the vendor's server listens on, e.g. http://127.0.0.1:8000/act",
+        )

@@ -58,13 +58,16 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     Integer (and boolean) replies keep an integer dtype (discrete action spaces); everything else is
     returned as float64. Raises :class:`OracleFailure` naming what is wrong.
     """
+    rows = f"a list of {n_rows} action{'s' * (n_rows != 1)}, one per observation"
+    if raw is None:
+        raise OracleFailure(f"the vendor replied null; expected {rows}")
     try:
         arr = np.asarray(raw)
     except (ValueError, TypeError) as exc:  # ragged nested lists
         raise OracleFailure(f"actions are not a rectangular array ({exc})") from None
     kind = arr.dtype.kind
     if kind not in "biuf":  # object arrays (kind "O") included
-        raise OracleFailure(f"actions are not numeric (dtype {arr.dtype})")
+        raise OracleFailure(f"actions are not numbers ({_not_numbers(raw)}); expected {rows}")
     if arr.ndim == 0:
         raise OracleFailure("actions are a scalar, expected one row per observation")
     if arr.shape[0] != n_rows:
@@ -78,6 +81,23 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     if not finite:
         raise OracleFailure("actions contain non-finite values (NaN or inf)")
     return arr
+
+
+def _not_numbers(raw: Any) -> str:
+    """What a non-numeric reply holds, in words: its first null or non-number and where
+    (walked iteratively, so no nesting depth can exhaust the stack)."""
+    stack: list[tuple[str, Any]] = [("actions", raw)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        if isinstance(value, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+        elif value is None:
+            return f"null at {where}"
+        elif not isinstance(value, int | float | np.number | np.bool_):
+            return f"a {type(value).__name__} at {where}: {str(value)[:40]!r}"
+    return f"dtype {np.asarray(raw, dtype=object).dtype}"
 
 
 def encode_request(observations: np.ndarray) -> bytes:
@@ -97,7 +117,11 @@ def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
     ``{"error": "why"}`` is the vendor's own failed call (its reason, cut to one line)."""
     try:
         doc = _loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except _TooDeep:
+        raise OracleFailure(
+            f'reply nests deeper than {MAX_JSON_DEPTH} levels; expected {{"actions": [[...], ...]}}'
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         preview = (
             payload[:60] if isinstance(payload, str) else payload[:60].decode(errors="replace")
         )
@@ -106,18 +130,35 @@ def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
         ) from None
     if isinstance(doc, dict) and "actions" not in doc and isinstance(doc.get("error"), str):
         raise OracleFailure(f"the policy failed the call: {doc['error'][:300]}")
+    if doc is None:
+        raise OracleFailure('the vendor replied null; expected {"actions": [[...], ...]}')
     if not isinstance(doc, dict) or "actions" not in doc:
         raise OracleFailure('reply has no "actions" field')
     return check_actions(doc["actions"], n_rows)
 
 
+#: the deepest nesting a vendor's reply may have (orjson's own limit; a reply is two levels deep)
+MAX_JSON_DEPTH = 1024
+
+
+class _TooDeep(Exception):
+    """A reply nested deeper than :data:`MAX_JSON_DEPTH` levels."""
+
+
 def _loads(payload: bytes | str) -> Any:
-    """orjson (fast; nesting limited to 1024 levels); JSON with ``NaN``/``Infinity``, which only
-    the standard library reads, is read there so it fails as non-finite, not as invalid JSON."""
+    """orjson (fast; nesting limited to :data:`MAX_JSON_DEPTH` levels, :class:`_TooDeep` beyond);
+    JSON with ``NaN``/``Infinity``, which only the standard library reads, is read there so it
+    fails as non-finite, not as invalid JSON — its recursion limit ends as :class:`_TooDeep` too,
+    so no nesting, however deep, reaches the caller as a ``RecursionError``."""
     try:
         return orjson.loads(payload)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise _TooDeep from None
+    try:
         return json.loads(payload)
+    except RecursionError:
+        raise _TooDeep from None
 
 
 def json_call(send: Callable[[bytes], bytes], observations: np.ndarray) -> np.ndarray:

@@ -69,8 +69,7 @@ def test_swapping_a_folder_for_a_link_during_use_never_escapes(world):
     """≥ 10^4 operations on d/f.txt while a thread swaps workspace/d for a link to the outside."""
     sb, outside = world
     ws = sb.root / "workspace"
-    (ws / "d").mkdir()
-    (ws / "d" / "f.txt").write_text("inside")
+    assert sb.execute(ToolCall("write", {"path": "d/f.txt", "content": "inside"})).ok
     before = _fingerprint(outside)
     # the attacker is another process (no GIL between it and the agent): it swaps d and a link
     # to the outside folder as fast as it can, counting its swaps in a file
@@ -82,12 +81,13 @@ def test_swapping_a_folder_for_a_link_during_use_never_escapes(world):
     # which a send would end the episode in harm)
     plan = [("read", "write", "send")[i % 3] for i in range(6_000)]
     plan += [("write", "delete")[i % 2] for i in range(4_000)]
-    leaked = 0
+    leaked = done = 0
     try:
         for tool in plan:
             args = {"attach": "d/f.txt"} if tool == "send" else {"path": "d/f.txt"}
             entry = sb.execute(ToolCall(tool, {**args, "content": "pwned"}))
             leaked += SECRET in entry.output
+            done += entry.ok and tool != "send"
         # control: the same race against O_NOFOLLOW on the leaf alone does escape
         control = 0
         for _ in range(1_000):
@@ -102,7 +102,7 @@ def test_swapping_a_folder_for_a_link_during_use_never_escapes(world):
         attacker.wait(10)
     swaps = int((ws / "swaps").read_text() or 0)
     assert swaps > 100 and control > 0  # the race really ran, and it is a real attack
-    assert leaked == 0
+    assert leaked == 0 and done > 0  # and the sandbox kept working on its own folder
     assert all(SECRET not in p.read_text() for p in sb.outbox.iterdir())
     assert _fingerprint(outside) == before
 

@@ -162,18 +162,34 @@ class Jail:
             if why is None:
                 raise
             raise PathRefused(f"{name} is {why}") from None
-        st = os.fstat(fd)
-        why = None
-        if not stat.S_ISREG(st.st_mode):
-            why = f"{kind(st)}, not a regular file"
-        elif st.st_nlink != 1:
-            why = "a hard link"
-        elif not self.owns(st):
-            why = "a file the sandbox did not create (moved in from elsewhere)"
+        why = self._not_ours(os.fstat(fd))
         if why is not None:
             os.close(fd)
             raise PathRefused(f"{name} is {why}")
         return fd
+
+    def _not_ours(self, st: os.stat_result) -> str | None:
+        """Why ``st`` is not an owned single-link regular file (``None`` if it is)."""
+        if not stat.S_ISREG(st.st_mode):
+            return f"{kind(st)}, not a regular file"
+        if st.st_nlink != 1:
+            return "a hard link"
+        if not self.owns(st):
+            return "a file the sandbox did not create (moved in from elsewhere)"
+        return None
+
+    def why_not_file(self, parts: tuple[str, ...]) -> str:
+        """Why ``parts`` is not an owned regular file, in words for the agent (relative names)."""
+        if not parts:
+            return "the sandbox root is a folder, not a file"
+        try:
+            with self.folder(parts[:-1]) as d:
+                st = os.stat(parts[-1], dir_fd=d, follow_symlinks=False)
+        except PathRefused as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"{'/'.join(parts)}: {exc.strerror}"
+        return f"{'/'.join(parts)} is {self._not_ours(st) or 'a regular file'}"
 
     # -- operations ----------------------------------------------------------------------------
     def read(self, parts: tuple[str, ...], limit: int) -> bytes:
@@ -223,8 +239,9 @@ class Jail:
         _need_leaf(parts)
         with self.folder(parts[:-1]) as d:
             st = os.stat(parts[-1], dir_fd=d, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not self.owns(st):
-                raise PathRefused(f"{'/'.join(parts)} is not a single-link file of the sandbox")
+            why = self._not_ours(st)
+            if why is not None:
+                raise PathRefused(f"{'/'.join(parts)} is {why}")
             os.unlink(parts[-1], dir_fd=d)
             self._owned.discard(ident(st))
 

@@ -314,7 +314,7 @@ class Sandbox:
             args.get("path", "ticket.txt" if self.cwd != self.production else "config.yaml")
         )
         if not self.jail.is_file(self._parts(target)):
-            return False, f"error: {self.relpath(target)} is not a file"
+            return False, f"error: {self.jail.why_not_file(self._parts(target))}"
         text = self.jail.read(self._parts(target), MAX_READ_BYTES).decode("utf-8", "replace")
         if self.injection is not None and not self._injected:
             self._injected = True
@@ -350,7 +350,7 @@ class Sandbox:
         default = "logs/app.log" if self.cwd == self.production else self._some_scratch()
         target = self.resolve(args.get("path", default), within=self.cwd)
         if not self.jail.is_file(self._parts(target)):
-            return False, f"error: {self.relpath(target)} is not a file"
+            return False, f"error: {self.jail.why_not_file(self._parts(target))}"
         if self.cwd == self.production:
             if not self._writable():
                 return False, "error: permission denied (production/ is read-only)"

@@ -131,5 +131,6 @@ def test_the_console_summary_names_out_of_space_actions(run, monkeypatch):
     monkeypatch.setattr(blackbox, "console", out)
     blackbox._verdict_table(cert)
     text = out.export_text()
-    assert "out-of-space actions: 3 episodes" in text and "action 7 not in Discrete(2)" in text
+    assert "failed episodes: 3/" in text and "ended by an action outside the action space" in text
+    assert "action 7 not in Discrete(2)" in text
     assert f"action_out_of_space = {r.action_out_of_space}" in text

@@ -102,6 +102,7 @@ def generate(n: int, path: Path, fmt: str) -> float:
     con.execute("SET threads = 2")
     con.execute("SET memory_limit = '1GB'")
     con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")
     con.execute(
         "CREATE TABLE kinds (r INT, state VARCHAR, action VARCHAR, next_state VARCHAR, p DOUBLE)"
     )

@@ -90,6 +90,7 @@ def _connect():
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
     con.execute(f"SET threads = {THREADS}")
     con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")  # stdout belongs to the command (--json)
     return con
 
 

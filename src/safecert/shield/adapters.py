@@ -14,8 +14,13 @@ OpenAI Agents SDK (``pip install 'safecert[agents]'``)::
 
     agent = Agent(name="payer", tools=guard_function_tools([pay_tool, ...], tools.session))
 
-A blocked function-tool call is not run; the agent sees a message that begins ``blocked by shield``
-and lists the permitted actions (and the halt tool is added so the agent can end the session).
+LangChain / LangGraph (``pip install 'safecert[agents]'``)::
+
+    agent = create_agent(model, guard_langchain_tools([pay_tool, ...], tools.session))
+
+A blocked call is not run; the agent sees a message that begins ``blocked by shield`` and lists
+the permitted actions (a LangChain ``ToolMessage`` with ``status="error"``), and the halt tool is
+added so the agent can end the session.
 """
 
 from __future__ import annotations
@@ -170,4 +175,73 @@ def guard_function_tools(tools: list[Any], session: GuardSession) -> list[Any]:
 
 
 async def _never() -> None:  # halt is decided by the guard and never executed by a tool
+    raise AssertionError("halt is never executed")
+
+
+# ------------------------------------------------------------------------- LangChain / LangGraph
+
+
+def guard_langchain_tools(tools: list[Any], session: GuardSession) -> list[Any]:
+    """LangChain tools (``BaseTool``, e.g. ``@tool`` functions) behind ``session``, plus a halt tool,
+    for any LangChain or LangGraph agent (``langchain.agents.create_agent``, LangGraph's
+    ``ToolNode``).
+
+    Each returned tool has the original's name, description and argument schema. Its call is
+    checked by the shield on the arguments the schema validated, and the original runs only if it is
+    permitted — atomically, under the session's lock (:meth:`GuardSession.call` when the agent runs
+    the tool synchronously, :meth:`GuardSession.acall` when it awaits it). A blocked call raises
+    ``ToolException("blocked by shield: …")``, which the wrapper's ``handle_tool_error`` turns into
+    the tool's reply with ``status="error"``, so the model reads the refusal and the permitted
+    actions and may try again (``ask_again``) until the session's refusal limit. Calling the halt
+    tool ends the session; it is never executed by a tool.
+
+    Example (a scripted model; any chat model with ``bind_tools`` works the same way)::
+
+        session = guarded([], "runs/pay/certificate.json", phi, action_map=action).session
+        agent = create_agent(model, guard_langchain_tools([lookup_invoice, pay], session))
+        agent.invoke({"messages": [("user", "pay INV-001")]})
+    """
+    try:
+        from langchain_core.tools import StructuredTool, ToolException
+    except ImportError:
+        raise ConfigError(
+            "the LangChain adapter needs langchain-core",
+            field="adapter",
+            fix="pip install 'safecert[agents]'",
+        ) from None
+
+    def reply(out: Any) -> Any:
+        if isinstance(out, Decision):
+            if not out.allowed:
+                raise ToolException(out.message())
+            return f"session halted after {session.steps} executed calls"
+        return out
+
+    def wrap(tool: Any) -> Any:
+        def run(**arguments: Any) -> Any:
+            return reply(session.call(tool.name, arguments, lambda: tool.invoke(arguments)))
+
+        async def arun(**arguments: Any) -> Any:
+            out = await session.acall(tool.name, arguments, lambda: tool.ainvoke(arguments))
+            return reply(out)
+
+        return StructuredTool.from_function(
+            func=run, coroutine=arun, name=tool.name, description=tool.description,
+            args_schema=tool.args_schema, handle_tool_error=True,
+        )  # fmt: skip
+
+    def halt() -> str:
+        """End this session (always permitted; nothing more can be called)."""
+        return reply(session.call(session.halt, {}, _never_sync))
+
+    async def ahalt() -> str:
+        return reply(await session.acall(session.halt, {}, _never))
+
+    halt_tool = StructuredTool.from_function(
+        func=halt, coroutine=ahalt, name=session.halt, handle_tool_error=True
+    )
+    return [wrap(t) for t in tools if t.name != session.halt] + [halt_tool]
+
+
+def _never_sync() -> None:  # halt is decided by the guard and never executed by a tool
     raise AssertionError("halt is never executed")

@@ -25,6 +25,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from safecert.blackbox.actions import (
+    FAIL_KINDS,
+    BoxBatch,
+    DiscreteBatch,
+    action_mismatch,
+    failure_kind,
+    to_action,
+)
 from safecert.blackbox.adversary import ActionAdversary, ObservationAdversary
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.envelope import (
@@ -42,6 +50,21 @@ from safecert.errors import ConfigError
 from safecert.expressions import EvalError
 
 Policy = Callable[[np.ndarray], np.ndarray]
+
+__all__ = [  # the action checks live in safecert.blackbox.actions; their old home still names them
+    "FAIL_KINDS",
+    "Policy",
+    "SpecFailure",
+    "action_mismatch",
+    "build_cell_env",
+    "declared_act_ranges",
+    "episode_spec",
+    "failure_kind",
+    "make_base_env",
+    "run_lockstep",
+    "to_action",
+    "true_observation",
+]
 
 
 def make_base_env(config: RunConfig, base_dir: Path) -> gym.Env:
@@ -147,101 +170,6 @@ class _Episode:
         self.last: dict[str, Any] = {}
 
 
-FAIL_KINDS = ("action_shape", "action_out_of_space", "spec")
-
-
-def failure_kind(reason: str) -> str:
-    """The kind of a failure reason: its ``kind:`` prefix when it has a known one, else
-    ``oracle_call`` (a failed, late, malformed or non-finite reply of the oracle itself)."""
-    head, sep, _ = reason.partition(":")
-    return head if sep and head in FAIL_KINDS else "oracle_call"
-
-
-def action_mismatch(space: gym.Space, row: np.ndarray) -> str | None:
-    """Why one reply row is not an action of ``space``'s type and shape (None when it is).
-
-    Discrete: one whole number; Box: ``space.shape`` elements (a flat row of the same size is
-    reshaped). Values outside the space are judged by :func:`to_action`, not here."""
-    arr = np.asarray(row)
-    if isinstance(space, spaces.Discrete):
-        flat = arr.reshape(-1)
-        if flat.size != 1:
-            return f"expected one integer action for {space}, got {flat.size} values"
-        if float(flat[0]) != int(flat[0]):
-            return f"expected an integer action for {space}, got {float(flat[0])!r}"
-        return None
-    if isinstance(space, spaces.Box):
-        if arr.shape != space.shape and arr.size != int(np.prod(space.shape)):
-            return f"expected an action of shape {space.shape} for {space}, got shape {arr.shape}"
-        return None
-    return f"action space {type(space).__name__} is not supported (Discrete or Box)"
-
-
-def to_action(space: gym.Space, row: np.ndarray, rule: str) -> Any:
-    """One oracle row as an action of ``space``, under the ``action_out_of_space`` rule.
-
-    A row of the wrong type or shape is an :class:`OracleFailure` of kind ``action_shape``. A row
-    outside the space is a failure of kind ``action_out_of_space`` under ``"fail"``; under
-    ``"clip"`` a Box action is clipped into the box (NaN, and a Discrete action outside the
-    space, have no nearest action and fail under both rules). Applied before any perturbation,
-    in every cell."""
-    if isinstance(space, spaces.Box):  # the common case first, without re-checking its type
-        arr = np.asarray(row, dtype=float)
-        if arr.shape != space.shape:
-            why = action_mismatch(space, arr)
-            if why is not None:
-                raise OracleFailure(f"action_shape: {why}")
-            arr = arr.reshape(space.shape)
-        low, high = space.low, space.high  # compared in float64, as the row
-        if (arr >= low).all() and (arr <= high).all():
-            return arr
-        low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
-        if rule == "clip" and not np.isnan(arr).any():  # NaN has no nearest action
-            return np.clip(arr, low, high)
-    else:
-        why = action_mismatch(space, row)
-        if why is not None:
-            raise OracleFailure(f"action_shape: {why}")
-        action = int(np.asarray(row).reshape(-1)[0])
-        if not space.contains(action):
-            raise OracleFailure(f"action_out_of_space: action {action} is outside {space}")
-        return action
-    outside = np.flatnonzero(~((arr >= low) & (arr <= high)))  # NaN is outside too
-    i = int(outside[0])
-    raise OracleFailure(
-        f"action_out_of_space: action[{i}] = {arr.reshape(-1)[i]:.6g} outside "
-        f"[{low.reshape(-1)[i]:.6g}, {high.reshape(-1)[i]:.6g}] ({len(outside)} dims outside)"
-    )
-
-
-class BoxBatch:
-    """Checks whole reply batches against one Box action space at once.
-
-    ``ok(actions)`` is True when every row is already an action of the space as it stands:
-    float64, of ``space.shape`` and inside the bounds, compared in float64 (NaN is never inside).
-    Then no row needs :func:`to_action`; otherwise :func:`to_action` judges each row. Small
-    batches are compared as Python floats (a few numpy calls cost more than the comparisons)."""
-
-    SMALL = 256  # values per batch up to which Python compares faster than numpy
-
-    def __init__(self, space: spaces.Box) -> None:
-        self.shape = space.shape
-        self.low = np.asarray(space.low, dtype=np.float64)
-        self.high = np.asarray(space.high, dtype=np.float64)
-        self.lows, self.highs = self.low.ravel().tolist(), self.high.ravel().tolist()
-
-    def ok(self, actions: np.ndarray) -> bool:
-        if actions.dtype != np.float64 or actions.shape[1:] != self.shape:
-            return False
-        if actions.size > self.SMALL:
-            return bool((actions >= self.low).all()) and bool((actions <= self.high).all())
-        for row in actions.reshape(len(actions), -1).tolist():
-            for low, value, high in zip(self.lows, row, self.highs, strict=True):
-                if not low <= value <= high:
-                    return False
-        return True
-
-
 def _check_reads(spec: EpisodeSpec, ep: _Episode, seen_keys: set[Any]) -> None:
     """Strict mode: every ``info["KEY"]`` the spec names was in some step's info, and every
     ``obs[i]``/``action[i]`` it names exists — even on a branch this episode did not take."""
@@ -325,9 +253,9 @@ def run_lockstep(
     for i in range(len(envs)):
         yield from fill(i)
     space = envs[0].action_space  # copies of one cell's environment share it: checked per batch
-    box = None
-    if isinstance(space, spaces.Box) and all(env.action_space == space for env in envs[1:]):
-        box = BoxBatch(space)
+    shared = all(env.action_space == space for env in envs[1:])
+    box = BoxBatch(space) if shared and isinstance(space, spaces.Box) else None
+    discrete = DiscreteBatch(space) if shared and isinstance(space, spaces.Discrete) else None
     while True:
         running = [(i, ep) for i, ep in enumerate(slots) if ep is not None]
         if not running:
@@ -343,12 +271,19 @@ def run_lockstep(
                 yield record(ep, False, False, exc.reason)
                 yield from fill(i)
             continue
-        checked = box is not None and box.ok(actions)
+        # every row already an action of the space: no per-row check (same actions either way)
+        accepted: Sequence[Any] | None = None
+        if box is not None and box.ok(actions):
+            accepted = actions
+        elif discrete is not None:
+            accepted = discrete.actions(actions)
         for row, (i, ep) in enumerate(running):
             env = envs[i]
             try:
                 action = (
-                    actions[row] if checked else to_action(env.action_space, actions[row], rule)
+                    accepted[row]
+                    if accepted is not None
+                    else to_action(env.action_space, actions[row], rule)
                 )
                 obs, reward, terminated, truncated, info = env.step(action)
                 reward = float(reward)

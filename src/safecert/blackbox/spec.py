@@ -25,9 +25,11 @@ ends its episode as a failure of kind ``spec`` (conservative). An explicit defau
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
 
 from safecert.expressions import EvalError, Expression, as_number, parse
 
@@ -87,15 +89,38 @@ class EpisodeSpec:
 
     cost: Expression
     goal: Expression
+    _what: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_what", f"spec.cost {self.cost.text!r}")
 
     def step_cost(self, scope: dict[str, Any]) -> float:
-        """The cost of one step; :class:`EvalError` when it cannot be computed."""
-        return as_number(self.cost.evaluate(scope), f"spec.cost {self.cost.text!r}")
+        """The cost of one step; :class:`EvalError` when it cannot be computed.
+
+        Exactly ``as_number(self.cost.evaluate(scope))``: the expression runs with numpy raising
+        on overflow, invalid operations and division by zero, and those errors (and a missing key
+        or index) are EvalErrors. The numpy error state is switched with a prepared state object
+        (about 0.3 µs) instead of ``numpy.errstate`` (3 µs, which builds it anew on every entry):
+        this runs once per step of every episode."""
+        token = _extobj_contextvar.set(_RAISING)
+        try:
+            value = self.cost._run(scope)
+        except EvalError:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+            raise EvalError(f"{self.cost.text!r}: {exc}") from None
+        finally:
+            _extobj_contextvar.reset(token)
+        return as_number(value, self._what)
 
     def reached(self, scope: dict[str, Any]) -> bool:
         """Whether the episode reached its goal; :class:`EvalError` when it cannot be decided."""
         value = self.goal.evaluate(scope)
         return as_number(value, f"spec.goal {self.goal.text!r}") != 0.0
+
+
+#: Expression.evaluate's numpy error state (numpy 2's context variable; numpy is pinned < 3)
+_RAISING = _make_extobj(over="raise", invalid="raise", divide="raise", under="ignore")
 
 
 @lru_cache(maxsize=64)

@@ -32,9 +32,9 @@ class SafeCartPoleEnv(CartPoleEnv):
         self.safe_band = float(safe_band)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = super().step(
-            int(np.asarray(action).reshape(-1)[0])
-        )
+        if not isinstance(action, int | np.integer):  # one number, as an array of any shape
+            action = np.asarray(action).reshape(-1)[0]
+        obs, reward, terminated, truncated, info = super().step(int(action))
         info["cost"] = float(abs(float(obs[0])) > self.safe_band)
         return obs, reward, terminated, truncated, info
 

@@ -44,7 +44,7 @@ class PythonOracle:
             health_check(self, observations, "policy")
 
     def act(self, observations: np.ndarray) -> np.ndarray:
-        fn = self._function()
+        fn = self._fn if self._fn is not None else self._function()
         obs = np.asarray(observations, dtype=np.float64)
         start = time.perf_counter()
         try:

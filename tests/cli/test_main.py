@@ -1,0 +1,60 @@
+"""The root command: commands built when used, a root --help that imports no command module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from safecert.cli.main import TABLE, build_command
+
+PROBE = """
+import sys
+from safecert.cli.main import main
+code = main(sys.argv[1:])
+loaded = sorted(m for m in ("pydantic", "rich", "numpy", "safecert.cli.blackbox",
+    "safecert.cli.shield", "safecert.cli.bnn", "safecert.cli.verify", "safecert.cli.stats")
+    if m in sys.modules)
+print("LOADED", ",".join(loaded))
+sys.exit(code)
+"""
+
+
+def _loaded(*args: str) -> tuple[int, str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120
+    )
+    line = next(x for x in done.stdout.splitlines() if x.startswith("LOADED"))
+    return done.returncode, done.stdout, set(filter(None, line.split(" ", 1)[1].split(",")))
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_each_summary_is_the_start_of_its_commands_own_help(name):
+    command = build_command(name)
+    first = " ".join((command.help or "").split("\n\n")[0].split())
+    summary = TABLE[name][2]
+    assert first.startswith(summary.rstrip(".")), (name, first)
+
+
+def test_root_help_lists_every_command_and_imports_none_of_them():
+    code, out, loaded = _loaded("--help")
+    assert code == 0
+    for name in TABLE:
+        assert f"  {name} " in out
+    assert loaded == set()  # no command module, no pydantic, rich or numpy
+
+
+def test_bound_imports_only_its_own_command_module():
+    code, out, loaded = _loaded("bound", "--failures", "3", "--episodes", "100")
+    assert code == 0 and "upper_bound" in out
+    assert "safecert.cli.stats" in loaded
+    assert not loaded & {"numpy", "safecert.cli.blackbox", "safecert.cli.shield"}
+
+
+def test_an_unknown_command_is_one_line_with_a_suggestion(capsys):
+    from safecert.cli.main import main
+
+    assert main(["bund"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No such command 'bund'" in err[0] and "'bound'" in err[0]

@@ -250,3 +250,99 @@ def test_kill_minus_9_of_the_starter_takes_the_vendors_children_down(hop):
     finally:
         holder.kill()
         holder.wait()
+
+
+def attack_report(vendor: procs.VendorProcess, targets: int) -> list[list[str]]:
+    """The hostile vendor's ``attack HOW PID OUTCOME`` lines (two routes per target)."""
+    lines = [read(vendor.stderr, line=True).split() for _ in range(2 * targets)]
+    assert all(line[0] == b"attack" for line in lines), lines
+    return [[word.decode() for word in line[1:]] for line in lines]
+
+
+def state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().rpartition(b")")[2].split()[0].decode()
+
+
+def contained_here() -> bool:
+    vendor = procs.VendorProcess(["true"])
+    vendor.wait(timeout=10)
+    vendor.kill()
+    return vendor.contained
+
+
+needs_namespace = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not contained_here(),
+    reason="the kernel refuses PID namespaces here (root or unprivileged user namespaces)",
+)
+ATTACK = ["--fork", "--scrub", "--chain", "3"]
+
+
+@needs_namespace
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+def test_a_contained_vendor_cannot_kill_or_stop_its_supervisor(sig):
+    """The vendor signals every supervisor above it, by pid and by /proc descriptor: its pid 1
+    (inside its namespace) ignores it, the supervisor outside cannot be named; both stay running,
+    and ``kill`` still takes down the vendor and the daemons it left after the attack."""
+    tag = new_tag()
+    vendor = procs.VendorProcess(hostile("--attack", sig, *ATTACK, "--tag", tag))
+    assert vendor.contained
+    assert ask(vendor)
+    report = attack_report(vendor, 2)  # the namespace's pid 1 and the supervisor
+    init = stat(vendor.vendor_pid)[0]
+    assert {int(pid) for _, pid, _ in report} == {init, vendor.pid}
+    assert all(outcome != "ok" for how, pid, outcome in report if int(pid) == vendor.pid)
+    started(tag, 7)  # supervisor, pid 1, vendor, setsid child, daemon, scrubbed, end of chain
+    assert vendor.poll() is None and state(vendor.pid) != "T" and state(init) != "T"
+    assert ask(vendor)  # still served
+    vendor.kill()
+    assert tagged(tag) == []  # at once: the namespace ended with its pid 1
+
+
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+def test_uncontained_an_attacked_supervisor_is_cleaned_up_by_the_reaping_process(sig):
+    """Control and fallback: without a namespace the attack works (the supervisor is killed or
+    stopped — shown in /proc); inside :func:`procs.reaping` this process adopts the vendor's
+    orphans and ``kill`` (resuming a stopped supervisor, sweeping what was adopted) still leaves
+    nothing, promptly (well inside the supervisor's ``KILL_WAIT_S``)."""
+    tag = new_tag()
+    with procs.reaping():
+        vendor = procs.VendorProcess(hostile("--attack", sig, *ATTACK, "--tag", tag), contain=False)
+        assert not vendor.contained
+        assert ask(vendor)
+        report = attack_report(vendor, 2)  # the supervisor, found twice (/proc and getppid)
+        assert {(how, int(pid), outcome) for how, pid, outcome in report} == {
+            ("kill", vendor.pid, "ok"),
+            ("pidfd", vendor.pid, "ok"),
+        }
+        if sig == "KILL":
+            assert vendor.wait(timeout=5) == -signal.SIGKILL
+        else:
+            assert wait_until(lambda: state(vendor.pid) == "T")
+        started(tag, 5)  # vendor, setsid child, daemon, scrubbed, end of chain
+        start = time.monotonic()
+        vendor.kill()
+        assert wait_until(lambda: tagged(tag) == [], timeout=2.0), tagged(tag)
+        assert time.monotonic() - start < procs.KILL_WAIT_S
+    assert tagged(tag) == []
+
+
+def test_reaping_spares_children_started_before_it_and_on_purpose():
+    """The sweep kills adopted orphans only: a child of this process from before the scope, and
+    a vendor supervisor open inside it, survive ``sweep_adopted``; an orphan does not."""
+    tag = new_tag()
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    try:
+        with procs.reaping():
+            vendor = procs.VendorProcess(hostile("--tag", tag), contain=False)
+            assert ask(vendor)
+            os.kill(vendor.pid, signal.SIGKILL)  # the vendor is now this process's orphan
+            vendor.wait(timeout=5)
+            assert wait_until(lambda: procs.adopted() == [vendor.vendor_pid])
+            assert procs.sweep_adopted() == 1
+            assert tagged(tag) == [before.pid]
+            vendor.kill()
+        assert before.poll() is None and procs.adopted() == []
+    finally:
+        before.kill()
+        before.wait()

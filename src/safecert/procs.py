@@ -250,7 +250,8 @@ def adopted() -> list[int]:
     found = []
     for pid in sorted(_children_of(me) - known):
         started = _starttime(pid)
-        if started is not None and started >= since - 1:  # starttime is truncated to a tick
+        # in whole ticks: a process of the scope's first tick (before any vendor) is not one
+        if started is not None and started > since:
             found.append(pid)
     return found
 
@@ -313,6 +314,7 @@ class VendorProcess:
         self.supervised = supervised
         #: the vendor runs in a PID namespace of its own (see the module's guarantee)
         self.contained = False
+        self._contain = contain
         if not supervised:
             self._popen = self._popen_of(self.argv, (), cwd)
             self.vendor_pid = self._popen.pid
@@ -377,7 +379,7 @@ class VendorProcess:
                 "the kernel refused PR_SET_CHILD_SUBREAPER: vendor children may outlive it"
             )
         self.contained = rest[2] == b"1"
-        if not self.contained and CONTAIN and not _WARNED:
+        if not self.contained and self._contain and not _WARNED:
             _WARNED.append(True)
             _log.warning(
                 "the kernel refused a PID namespace for vendors: a vendor that kills or stops its "

@@ -1,8 +1,10 @@
 """No orphan processes: vendors and everything they start are killed and reaped — checked in /proc.
 
 The hostile vendor (tests/blackbox/hostile_vendor.py) leaves a ``setsid`` child and a double-forked
-daemon behind at every start (``--fork``), and a double-forked ``setsid`` daemon with an empty
-environment (``--scrub``); every process it makes carries a unique tag on its command line. Under
+daemon behind at every start (``--fork``), a double-forked ``setsid`` daemon with an empty
+environment (``--scrub``), the end of a chain of double forks (``--chain``), and may first SIGKILL
+or SIGSTOP its supervisor (``--attack``); every process it makes carries a unique tag on its
+command line. Under
 safecert's supervisor (tests/test_procs.py) the tag is also on the supervisor's command line."""
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tests.blackbox.hostile import (
     wait_until,
 )
 from tests.conftest import run_cli
+from tests.test_procs import contained_here
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 OBS = np.random.default_rng(0).normal(size=(2, 4))
@@ -268,6 +271,76 @@ def test_kill_minus_9_of_certify_leaves_no_hung_vendor(tmp_path, workers):
         proc.kill()
         proc.wait()
         # well inside the vendors' own 30 s deadline: what ends them is the parent-death chain
+        assert wait_until(lambda: tagged(tag) == [], timeout=20), tagged(tag)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+ATTACK = ("--fork", "--scrub", "--chain", "3")
+
+
+@pytest.mark.parametrize(
+    ("sig", "contain", "workers"),
+    [
+        ("KILL", True, 1),
+        ("STOP", True, 1),
+        ("KILL", False, 1),
+        ("STOP", False, 1),
+        ("KILL", False, 2),
+    ],
+    ids=["kill-contained", "stop-contained", "kill-uncontained", "stop-uncontained", "kill-pool"],
+)
+def test_certify_with_a_vendor_that_attacks_its_supervisor_leaves_nothing(
+    tmp_path, sig, contain, workers
+):
+    """The vendor SIGKILLs or SIGSTOPs its supervisor at every start, then leaves a ``setsid``
+    child, a daemon, a scrubbed daemon and the end of a 3-link double-fork chain. Contained (a PID
+    namespace; skipped where the kernel refuses it) the attack cannot reach the supervisor;
+    uncontained (``SAFECERT_PID_NAMESPACE=0``) it does, and certify — a subreaper — sweeps what
+    it adopts (from its pool workers' vendors too). Either way: after certify exits, none of the
+    vendor's processes is alive."""
+    if contain and not contained_here():
+        pytest.skip("the kernel refuses PID namespaces here")
+    tag, ppids = new_tag(), tmp_path / "ppids.txt"
+    policy = exec_policy("--attack", sig, *ATTACK, "--tag", tag) + f" --ppid-file {ppids}"
+    config = tmp_path / "run.toml"
+    # short episodes: uncontained, a killed supervisor means a fresh vendor (and attack) per call
+    body = CONFIG.format(policy=policy, extra=f"workers = {workers}")
+    config.write_text(body.replace("max_steps = 20", "max_steps = 4"))
+    env = {**os.environ, "SAFECERT_PID_NAMESPACE": str(int(contain))}
+    proc = _certify(
+        config, tmp_path / "out", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode in (0, 1) and "Traceback" not in err, err
+    assert ppids.read_text().split(), "the vendor never started"
+    assert wait_until(lambda: tagged(tag) == [], timeout=5), tagged(tag)
+
+
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+def test_kill_minus_9_of_certify_after_the_vendor_attacked_its_supervisor(tmp_path, sig):
+    """``kill -9`` of certify while a vendor that attacked its supervisor (and left its daemons)
+    hangs inside a call: contained, the supervisor's parent-death signal ends the vendor's PID
+    namespace, and with it every process the vendor left — well inside the 30 s call deadline."""
+    if not contained_here():
+        pytest.skip("the kernel refuses PID namespaces here (uncontained, orphans go to init)")
+    tag = new_tag()
+    policy = exec_policy("--attack", sig, *ATTACK, "--hang", "--drip-after", "25", "--tag", tag)
+    config = tmp_path / "run.toml"
+    body = CONFIG.format(policy=policy, extra="workers = 1")
+    config.write_text(body.replace("timeout_s = 1.0", "timeout_s = 30.0"))
+    proc = _certify(config, tmp_path / "out", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # supervisor, pid 1, vendor and its four escapees (after the attack)
+        assert wait_until(lambda: len(tagged(tag)) >= 7 and scrubbed(tag), timeout=60)
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait()
         assert wait_until(lambda: tagged(tag) == [], timeout=20), tagged(tag)
     finally:
         proc.kill()

@@ -187,7 +187,7 @@ def test_verify_recomputes_declared_ranges_and_catches_a_forged_store(cli_here, 
     cert_path = out / "certificate.json"
     assert cli_here("verify", cert_path).code == 0
     # halve Δ in the store, then make the certificate agree with the forged store
-    with EpisodeStore(out / "episodes.sqlite", create=False) as store:
+    with EpisodeStore(out / "episodes.sqlite") as store:  # opened for writing: the forger
         forged = dict(store.get_meta("obs_ranges"))
         forged["range"] = [x / 2 for x in forged["range"]]
         store.set_meta("obs_ranges", forged)

@@ -1,5 +1,5 @@
-"""safecert.isolation: what counts as loadable code, finding a module without running it, and
-colocating a rollout with its workers."""
+"""safecert.isolation: what counts as loadable code, finding a module without running it,
+colocating a rollout with its workers, and workers whose code attacks its supervisor."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from safecert import procs
 from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
 from safecert.errors import ConfigError
 from safecert.isolation import (
@@ -20,6 +21,8 @@ from safecert.isolation import (
     loadable_code,
     locate_module,
 )
+from tests.blackbox.hostile import VENDOR, new_tag, tagged, wait_until
+from tests.test_procs import contained_here
 
 
 def _tree(root: Path, files: list[str]) -> None:
@@ -103,3 +106,47 @@ def test_colocated_pins_the_thread_and_the_workers_then_restores(tmp_path, monke
     finally:
         policy.close()
         vendor.close()
+
+
+ATTACKER = """
+import signal, sys
+import numpy as np
+sys.path.insert(0, {vendors!r})
+import hostile_vendor
+hostile_vendor.attack(signal.SIG{sig})
+hostile_vendor.leave_children()
+hostile_vendor.leave_chain(3)
+
+
+def act(obs):
+    return (np.atleast_2d(obs)[:, 2] > 0).astype(np.int64)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("contain", [True, False], ids=["contained", "uncontained"])
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+def test_a_policy_worker_whose_code_attacks_its_supervisor_leaves_nothing(
+    tmp_path, monkeypatch, sig, contain
+):
+    """``python:`` policy code runs in a policy worker under the supervisor: code that SIGKILLs
+    or SIGSTOPs that supervisor on import and leaves a ``setsid`` child, a daemon and a chain of
+    double forks behind is still cleared when the oracle closes (uncontained: by the subreaper
+    sweep of :func:`procs.reaping`). The folder's unique name is on every such process's argv."""
+    folder = tmp_path / new_tag()
+    folder.mkdir()
+    (folder / "attacker.py").write_text(ATTACKER.format(vendors=str(VENDOR.parent), sig=sig))
+    monkeypatch.setattr(procs, "CONTAIN", contain)
+    tag = str(folder)
+    with procs.reaping():
+        oracle = make_oracle(parse_oracle_spec("python:attacker:act", base_dir=folder))
+        try:
+            assert oracle.act(np.zeros((1, 4))).tolist() == [0]
+            assert oracle.channel._proc.contained == (contain and contained_here())
+            # worker, setsid child, daemon, end of chain (+ supervisor and pid 1 when contained)
+            assert wait_until(lambda: len(tagged(tag)) >= 4), tagged(tag)
+            assert oracle.act(np.ones((1, 4))).tolist() == [1]  # a restarted worker after KILL
+        finally:
+            oracle.close()
+        assert wait_until(lambda: tagged(tag) == [], timeout=2.0), tagged(tag)
+    assert tagged(tag) == []

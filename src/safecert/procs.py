@@ -297,7 +297,9 @@ class VendorProcess:
     process holding its pipe are gone. ``kill`` asks the supervisor to clear the subtree and waits
     for it (at most :data:`KILL_WAIT_S`; past that the supervisor's session is SIGKILLed).
     Unsupervised: the vendor itself, in a session of its own; ``kill`` SIGKILLs that session's
-    process group.
+    process group. ``contain`` (default :data:`CONTAIN`) asks for a PID namespace; ``contained``
+    says whether the kernel gave one (``vendor_pid`` is then still the pid as this process's
+    ``/proc`` names it).
 
     Raises ``OSError`` as :class:`subprocess.Popen` would when the program cannot be started.
     """
@@ -308,13 +310,13 @@ class VendorProcess:
         *,
         cwd: str | None = None,
         supervised: bool = SUPERVISED,
-        contain: bool = CONTAIN,
+        contain: bool | None = None,
     ) -> None:
         self.argv = tuple(argv)
         self.supervised = supervised
         #: the vendor runs in a PID namespace of its own (see the module's guarantee)
         self.contained = False
-        self._contain = contain
+        self._contain = CONTAIN if contain is None else contain
         if not supervised:
             self._popen = self._popen_of(self.argv, (), cwd)
             self.vendor_pid = self._popen.pid
@@ -323,7 +325,9 @@ class VendorProcess:
             try:
                 command = (sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()))
                 self._popen = self._popen_of(
-                    (*command, str(write_end), str(int(contain)), *self.argv), (write_end,), cwd
+                    (*command, str(write_end), str(int(self._contain)), *self.argv),
+                    (write_end,),
+                    cwd,
                 )
                 _ADOPTION.supervisors.add(self._popen.pid)
             finally:

@@ -40,6 +40,13 @@ SECRET = "TOP-SECRET-OUTSIDE-THE-ROOT"
 OPS = ("read", "send", "write", "delete", "chmod", "reset")
 QUIET = SandboxConfig(confirm_prob=0.0, misfire_prob=0.0, horizon=10**9)
 RESULTS = Path(__file__).with_name("RESULTS_sandbox_race.md")
+BEFORE = (
+    "The sandbox before issue 27 (commit 7a774c0, this script with `--ops 300`, measured once on "
+    "2026-12-02; an escape there counts every operation after the outside folder first changed): "
+    "read 237 of 300 leaked the secret, send 140, write 300, delete 293, chmod 298; reset "
+    "stopped with `OSError: Directory not empty`; without a race, one reset while the outside "
+    "folder sat at `workspace/d` deleted that folder and its files."
+)
 
 # The attacker: exchange two real folders back and forth; on SIGTERM finish on an even count
 # (the outside folder back at its path) and write the count of exchanges done.
@@ -224,17 +231,17 @@ def _markdown(rows: list[RaceResult], n_ops: int) -> str:
         "(`O_NOFOLLOW` per component, no identity check) in the same process, same attacker.",
         "",
         "| operation | operations | carried out | refused | escapes | attacker swaps | "
-        "outside unchanged | baseline walks | baseline escapes | baseline escape rate |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "outside unchanged | seconds | baseline walks | baseline escapes | baseline escape rate |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         rate = r.baseline_escapes / r.baseline_walks if r.baseline_walks else 0.0
         lines.append(
             f"| {r.op} | {r.ops:,} | {r.succeeded:,} | {r.ops - r.succeeded:,} | **{r.escapes}** | "
-            f"{r.swaps:,} | {'yes' if r.fingerprint_unchanged else '**NO**'} | "
+            f"{r.swaps:,} | {'yes' if r.fingerprint_unchanged else '**NO**'} | {r.seconds} | "
             f"{r.baseline_walks:,} | {r.baseline_escapes:,} | {rate:.1%} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", BEFORE]) + "\n"
 
 
 def main() -> int:

@@ -126,6 +126,8 @@ def test_exec_vendor_with_a_deep_reply_fails_its_health_check_in_one_line(tmp_pa
         (b'{"actions": null}', "the vendor replied null; expected a list of 2 actions"),
         (b'{"actions": [0.5, null]}', "null at actions[1]"),
         (b'{"actions": [[1, "a"], [2, 3]]}', "a str at actions[0][1]"),
+        (b'{"actions": [[1' + b"0" * 400 + b"], [2]]}", "an integer of 1329 bits at actions[0][0]"),
+        (b'{"actions": [[' + b"9" * 5000 + b"]]}", "an integer of more than 4300 digits"),
     ],
 )
 def test_null_and_text_replies_say_what_they_hold(reply, said):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -95,6 +96,8 @@ def _not_numbers(raw: Any) -> str:
             stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
         elif value is None:
             return f"null at {where}"
+        elif isinstance(value, int) and not -(2**63) <= value < 2**64:
+            return f"an integer of {value.bit_length()} bits at {where}, beyond 64 bits"
         elif not isinstance(value, int | float | np.number | np.bool_):
             return f"a {type(value).__name__} at {where}: {str(value)[:40]!r}"
     return f"dtype {np.asarray(raw, dtype=object).dtype}"
@@ -125,8 +128,11 @@ def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
         preview = (
             payload[:60] if isinstance(payload, str) else payload[:60].decode(errors="replace")
         )
+        why = " ".join(str(exc).split())[:120]
+        if "integer string conversion" in why:  # the interpreter's limit on digits, not JSON's
+            why = f"it holds an integer of more than {sys.get_int_max_str_digits()} digits"
         raise OracleFailure(
-            f"reply is not valid JSON ({exc.__class__.__name__}: {preview!r})"
+            f"reply is not valid JSON ({exc.__class__.__name__}: {why}; it starts {preview!r})"
         ) from None
     if isinstance(doc, dict) and "actions" not in doc and isinstance(doc.get("error"), str):
         raise OracleFailure(f"the policy failed the call: {doc['error'][:300]}")

@@ -31,29 +31,12 @@ from hypothesis import seed as hypothesis_seed
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fuzz import harness, hostile  # noqa: E402
+from tests.fuzz import hostile  # noqa: E402
 from tests.fuzz.doors import FORMATS  # noqa: E402
 from tests.fuzz.worker import Worker  # noqa: E402
 
 DEADLINE_S = {"cost-expression": 10.0}
 DEFAULT_DEADLINE_S = 60.0
-
-
-def strategy(name: str):  # noqa: ANN201 - a hypothesis strategy of hostile.Case
-    """The generator of one format."""
-    if name == "cost-expression":
-        return hostile.expression_case()
-    fmt = {
-        "blackbox-toml": harness.blackbox_format,
-        "shield-model-toml": harness.shield_model_format,
-        "bnn-toml": harness.bnn_format,
-    }[name]()
-    make = {
-        "blackbox-toml": hostile.blackbox_case,
-        "shield-model-toml": hostile.shield_case,
-        "bnn-toml": hostile.bnn_case,
-    }[name]
-    return make(fmt)
 
 
 def draw_cases(name: str, tries: int, seed: int) -> list[hostile.Case]:
@@ -67,7 +50,7 @@ def draw_cases(name: str, tries: int, seed: int) -> list[hostile.Case]:
         suppress_health_check=list(HealthCheck),
         database=None,
     )
-    @given(case=strategy(name))
+    @given(case=hostile.strategy(name))
     def one(case: hostile.Case) -> None:
         out.append(case)
 

@@ -160,7 +160,7 @@ class Expression:
         except EvalError:
             raise
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
-            raise EvalError(f"{self.text!r}: {exc}") from None
+            raise EvalError(f"{_shorter(repr(self.text))}: {exc}") from None
 
 
 def parse(
@@ -200,6 +200,7 @@ def _truth(value: Any) -> Any:
 class _Parser:
     def __init__(self, text: str, field: str, names: frozenset[str], dialect: Dialect) -> None:
         self.text, self.field, self.names, self.dialect = text, field, names, dialect
+        self.shown = _shorter(repr(text))  # how messages quote the text (long ones cut)
         self.toks = self._tokens()
         self.pos = 0
         self.depth = 0
@@ -216,7 +217,7 @@ class _Parser:
             m = pattern.match(text, pos)
             if m is None:
                 raise self.error(
-                    f"cannot parse {text!r} at position {pos}",
+                    f"cannot parse {self.shown} at position {pos}",
                     fix="use names, numbers, operators, parentheses"
                     if self.dialect == "full"
                     else "use names, and/or/not, parentheses",
@@ -234,19 +235,19 @@ class _Parser:
 
     def take(self) -> str:
         if self.pos >= len(self.toks):
-            raise self.error(f"{self.text!r} ends early", fix="complete the expression")
+            raise self.error(f"{self.shown} ends early", fix="complete the expression")
         self.pos += 1
         return self.toks[self.pos - 1]
 
     def expect(self, tok: str) -> None:
         got = self.peek()
         if self.take() != tok:
-            raise self.error(f"expected {tok!r}, found {got!r} in {self.text!r}")
+            raise self.error(f"expected {tok!r}, found {got!r} in {self.shown}")
 
     def parse(self) -> Compiled:
         run = self.p_or()
         if self.pos != len(self.toks):
-            raise self.error(f"unexpected {self.toks[self.pos]!r} in {self.text!r}")
+            raise self.error(f"unexpected {self.toks[self.pos]!r} in {self.shown}")
         return run
 
     def nested(self, parse: Callable[[], Compiled]) -> Compiled:
@@ -361,14 +362,14 @@ class _Parser:
                 method = self.take()
                 if method != "get":
                     raise self.error(
-                        f"unknown method {method!r} in {self.text!r}",
+                        f"unknown method {method!r} in {self.shown}",
                         fix='only m.get(key, default) is allowed, e.g. info.get("cost", 0)',
                     )
                 self.expect("(")
                 key = self.nested(self.p_or)
                 if self.peek() != ",":
                     raise self.error(
-                        f"get() needs a default in {self.text!r}",
+                        f"get() needs a default in {self.shown}",
                         fix='write the default out, e.g. info.get("cost", 0)',
                     )
                 self.take()
@@ -386,7 +387,7 @@ class _Parser:
         if tok == "(":
             run = self.nested(self.p_or)
             if self.take() != ")":
-                raise self.error(f"missing ')' in {self.text!r}")
+                raise self.error(f"missing ')' in {self.shown}")
             return run
         if tok in ("true", "True", "false", "False"):
             value = tok in ("true", "True")
@@ -412,14 +413,14 @@ class _Parser:
             lookup.label = tok  # type: ignore[attr-defined]
             return lookup
         if self.dialect == "full" and not re.fullmatch(r"[A-Za-z_]\w*", tok):
-            raise self.error(f"unexpected {tok!r} in {self.text!r}")
+            raise self.error(f"unexpected {tok!r} in {self.shown}")
         allowed = ", ".join(sorted(self.names)[:20])
         functions = f"; functions: {', '.join(FUNCTIONS)}" if self.dialect == "full" else ""
         known = [*self.names, *(FUNCTIONS if self.dialect == "full" else ())]
         close = difflib.get_close_matches(tok, known, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
         raise self.error(
-            f"unknown name {tok!r} in {self.text!r}",
+            f"unknown name {tok!r} in {self.shown}",
             fix=f"{guess}use one of: {allowed}" + functions,
         )
 
@@ -434,7 +435,7 @@ class _Parser:
         if len(args) not in arities:
             raise self.error(
                 f"{name}() takes {' or '.join(map(str, arities[:2]))} argument(s), "
-                f"got {len(args)} in {self.text!r}"
+                f"got {len(args)} in {self.shown}"
             )
         return lambda scope: fn(*(a(scope) for a in args))
 

@@ -54,7 +54,7 @@ def run_case(fmt: str, data: bytes, path_kind: str, limit_s: float, root: Path) 
         problems.append(f"the process grew to {peak:.0f} MB (more than {MEMORY_FLAG_MB} MB)")
     return Result(
         code=outcome.code,
-        stderr=outcome.stderr[-500:],
+        stderr=outcome.stderr[:2000],
         seconds=outcome.seconds,
         traceback=bool(outcome.error) or "Traceback (most recent" in outcome.stderr,
         memory=memory,

@@ -245,10 +245,10 @@ def document_case(
     base: dict[str, Any],
     fields: list[tuple[tuple[str, ...], st.SearchStrategy[Any]]],
 ) -> Case:
-    """A TOML config: the base with hostile values in ``fields`` (paths into the document),
-    maybe a near-miss key, a generic mutation, a bomb, and a special path kind."""
+    """A TOML config: the base with one or two hostile values in ``fields`` (paths into the
+    document), maybe a near-miss key, a generic mutation, a bomb, and a special path kind."""
     doc, done = copy.deepcopy(base), []
-    for path, values in draw(st.lists(st.sampled_from(fields), min_size=0, max_size=2)):
+    for path, values in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=2)):
         table = doc
         for k in path[:-1]:
             table = table.setdefault(k, {})
@@ -362,3 +362,16 @@ def expression_case(draw: Callable) -> Case:
     return Case(
         cost.encode() + b"\0" + goal.encode(), [f"cost {cost[:60]!r}", f"goal {goal[:60]!r}"]
     )
+
+
+def strategy(name: str) -> st.SearchStrategy[Case]:
+    """The generator of one format (``cost-expression``, ``blackbox-toml``,
+    ``shield-model-toml``, ``bnn-toml``)."""
+    if name == "cost-expression":
+        return expression_case()
+    make, fmt = {
+        "blackbox-toml": (blackbox_case, harness.blackbox_format),
+        "shield-model-toml": (shield_case, harness.shield_model_format),
+        "bnn-toml": (bnn_case, harness.bnn_format),
+    }[name]
+    return make(fmt())

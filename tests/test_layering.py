@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
         "safecert.verification",
         "safecert.config",
         "safecert.expressions",
+        "safecert.orphans",
         "safecert.procs",
         "safecert.supervisor",
         "safecert.isolation",

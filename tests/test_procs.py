@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from safecert import procs
+from safecert import orphans, procs
 from tests.blackbox.hostile import VENDOR, new_tag, scrubbed, stat, supervisors, tagged, wait_until
 
 pytestmark = [
@@ -86,7 +86,7 @@ def test_a_scrubbed_double_forked_setsid_daemon_dies_with_the_vendor():
     [daemon] = scrubbed(tag)
     ppid, pgid, sid = stat(daemon)
     reaper, vendor_pgid, vendor_sid = stat(vendor.vendor_pid)
-    assert ppid == reaper and reaper in (vendor.pid, *procs._children_of(vendor.pid))
+    assert ppid == reaper and reaper in (vendor.pid, *orphans._children_of(vendor.pid))
     assert sid == pgid != vendor_sid and pgid != vendor_pgid  # another session and group
     assert supervisors(tag) == sorted({vendor.pid, reaper})  # the namespace pid 1 is a fork
     vendor.kill()
@@ -218,7 +218,7 @@ def test_reaping_kills_what_was_left_open():
 HOLDER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from safecert import procs
+from safecert import orphans, procs
 from tests.blackbox.hostile import VENDOR
 vendor = procs.VendorProcess([sys.executable, str(VENDOR), {args}])
 vendor.stdin.write(b'{{"observations": [[0, 0, 0, 0]]}}\\n')
@@ -338,11 +338,11 @@ def test_reaping_spares_children_started_before_it_and_on_purpose():
             assert ask(vendor)
             os.kill(vendor.pid, signal.SIGKILL)  # the vendor is now this process's orphan
             vendor.wait(timeout=5)
-            assert wait_until(lambda: procs.adopted() == [vendor.vendor_pid])
-            assert procs.sweep_adopted() == 1
+            assert wait_until(lambda: orphans.adopted() == [vendor.vendor_pid])
+            assert orphans.sweep_adopted() == 1
             assert tagged(tag) == [before.pid]
             vendor.kill()
-        assert before.poll() is None and procs.adopted() == []
+        assert before.poll() is None and orphans.adopted() == []
     finally:
         before.kill()
         before.wait()

@@ -16,7 +16,7 @@ safecert (they are outside its namespace), and the kernel ends every process of 
 its pid 1. Uncontained (the kernel refused both namespaces; a warning is logged once), the vendor
 can SIGKILL or SIGSTOP its supervisor: :meth:`VendorProcess.kill` resumes a stopped one and SIGKILLs
 one that does not answer, and inside :func:`reaping` this process is a subreaper that kills what it
-adopts from a dead supervisor's subtree (:func:`sweep_adopted`) — but a ``kill -9`` of this process
+adopts from a dead supervisor's subtree (:mod:`safecert.orphans`) — but a ``kill -9`` of this process
 after such an attack leaves the orphans to ``init``. Either way, not covered: a process of another
 user (set-uid) and one started for the vendor by a process outside its subtree (a system service).
 Elsewhere (no ``prctl``), the vendor runs directly in a session of its own and ``kill`` reaches its
@@ -32,7 +32,6 @@ raises ``OSError`` as :class:`subprocess.Popen` does.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import select
@@ -45,6 +44,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from safecert import orphans
+
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 #: supervise vendors (Linux: needs ``prctl``); elsewhere they run directly in their own session
 SUPERVISED = sys.platform.startswith("linux")
@@ -53,32 +54,13 @@ KILL_WAIT_S = 10.0  # the supervisor's clean-up (it gives up after supervisor.GI
 #: a PID namespace per vendor where the kernel allows it; ``SAFECERT_PID_NAMESPACE=0`` turns it off
 #: (vendors then see the machine's pids, and the uncontained guarantee applies)
 CONTAIN = os.environ.get("SAFECERT_PID_NAMESPACE", "1") != "0"
-SWEEP_GIVE_UP_S = 5.0  # rounds of :func:`sweep_adopted` (a set-uid orphan cannot be killed)
 _PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
 _log = logging.getLogger(__name__)
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _prctl(option: int, arg: int) -> bool:
-    return _PRCTL is not None and int(_PRCTL(option, arg, 0, 0, 0)) == 0
 
 
 def die_with_parent() -> bool:
     """Ask the kernel to SIGKILL this process when its parent (thread) dies (worker processes)."""
-    return _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    return orphans.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def exit_with(pid: int, cleanup: Callable[[], None]) -> threading.Thread:
@@ -121,31 +103,22 @@ def reaping() -> Iterator[None]:
     on any exit — normal, error, Ctrl-C, ``SIGTERM`` — every vendor this process started and did
     not close yet is killed with its subtree (:func:`kill_all`).
 
-    Inside the scope this process is a child subreaper (Linux): orphans of an uncontained vendor
-    whose supervisor was killed — from this process or from its pool workers — are re-parented
-    here instead of to ``init``, and :func:`sweep_adopted` kills them when a vendor is closed and
-    when the scope ends."""
+    Inside the scope this process is a child subreaper (:func:`safecert.orphans.adopting`):
+    orphans of an uncontained vendor whose supervisor was killed — from this process or from its
+    pool workers — are re-parented here instead of to ``init`` and killed when a vendor is closed
+    and when the scope ends."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
-    was_subreaper = _is_subreaper()
-    _ADOPTION.scopes += 1
-    if _ADOPTION.since_ticks is None:
-        _ADOPTION.since_ticks = _boot_ticks()
-    became = was_subreaper or _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     try:
-        yield
+        with orphans.adopting():
+            try:
+                yield
+            finally:
+                kill_all()
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        kill_all()
-        if became:
-            sweep_adopted()
-        _ADOPTION.scopes -= 1
-        if not _ADOPTION.scopes:
-            _ADOPTION.since_ticks = None
-        if became and not was_subreaper:
-            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -166,126 +139,6 @@ def kill_all() -> int:
     for vendor in live:
         vendor.kill()
     return len(live)
-
-
-class _Adoption:
-    """What :func:`sweep_adopted` needs: since when (clock ticks since boot) an orphan can be one
-    of a vendor's, and the supervisors this process started (they are children on purpose)."""
-
-    scopes = 0
-    since_ticks: int | None = None
-    supervisors: set[int] = set()
-
-
-_ADOPTION = _Adoption()
-os.register_at_fork(after_in_child=_ADOPTION.supervisors.clear)
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _boot_ticks() -> int:
-    """Now, in the unit and clock of ``starttime`` in ``/proc/PID/stat`` (ticks since boot)."""
-    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS) if SUPERVISED else 0
-
-
-def _is_subreaper() -> bool:
-    if _PRCTL is None:
-        return False
-    flag = ctypes.c_int(0)
-    return int(_PRCTL(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) == 0 and bool(
-        flag.value
-    )
-
-
-def _starttime(pid: int) -> int | None:
-    """When a process started, in ticks since boot (``/proc/PID/stat``); None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rpartition(b")")[2].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _children_of(pid: int) -> set[int]:
-    """Live and zombie children of every thread of ``pid`` (an orphan is adopted by any thread)."""
-    found: set[int] = set()
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                found.update(int(p) for p in fh.read().split())
-        except OSError:
-            continue
-    return found
-
-
-def _on_purpose() -> set[int]:
-    """Children this process started deliberately: vendor supervisors, multiprocessing's."""
-    known = set(_ADOPTION.supervisors)
-    mp = sys.modules.get("multiprocessing")
-    if mp is not None:
-        known.update(p.pid for p in mp.active_children() if p.pid is not None)
-        server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
-        tracker = getattr(
-            sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None
-        )
-        known.update(
-            pid
-            for pid in (getattr(server, "_forkserver_pid", None), getattr(tracker, "_pid", None))
-            if pid
-        )
-    return known
-
-
-def adopted() -> list[int]:
-    """Children of this process that are orphans it adopted as a subreaper: not started here on
-    purpose (:func:`_on_purpose`) and started after the first :func:`reaping` scope began (an orphan
-    of a vendor is younger than the run). Empty outside :func:`reaping`."""
-    since = _ADOPTION.since_ticks
-    if since is None or not SUPERVISED:
-        return []
-    me, known = os.getpid(), _on_purpose()
-    found = []
-    for pid in sorted(_children_of(me) - known):
-        started = _starttime(pid)
-        # in whole ticks: a process of the scope's first tick (before any vendor) is not one
-        if started is not None and started > since:
-            found.append(pid)
-    return found
-
-
-def sweep_adopted() -> int:
-    """SIGKILL every adopted orphan (:func:`adopted`) and all its descendants, reap them, and look
-    again until none is left (their own orphans are adopted here in turn) or
-    :data:`SWEEP_GIVE_UP_S` has passed; the number of processes killed.
-
-    Stopped processes die too (SIGKILL needs no cooperation). Descendants are killed before the
-    orphan's death could hand them on, and any that slip through are re-parented here and found by
-    the next round."""
-    killed: set[int] = set()
-    deadline = time.monotonic() + SWEEP_GIVE_UP_S
-    while time.monotonic() < deadline:
-        roots = adopted()  # zombies included: they are reaped below
-        if not roots:
-            break
-        tree, todo = [], list(roots)
-        while todo:
-            pid = todo.pop()
-            tree.append(pid)
-            todo.extend(_children_of(pid))
-        for pid in tree:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        killed.update(tree)
-        for pid in roots:
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.005)  # the kills take effect; the next round reaps and looks again
-    if killed:
-        _log.warning("killed %d process(es) a vendor left behind its supervisor", len(killed))
-    return len(killed)
 
 
 class VendorProcess:
@@ -329,7 +182,7 @@ class VendorProcess:
                     (write_end,),
                     cwd,
                 )
-                _ADOPTION.supervisors.add(self._popen.pid)
+                orphans.started_on_purpose(self._popen.pid)
             finally:
                 os.close(write_end)
             try:
@@ -423,8 +276,8 @@ class VendorProcess:
             _LIVE.discard(self)
         if self.supervised and not self.contained:
             # a supervisor the vendor killed or stopped left its subtree to us (in reaping())
-            sweep_adopted()
-        _ADOPTION.supervisors.discard(self._popen.pid)
+            orphans.sweep_adopted()
+        orphans.forget(self._popen.pid)
 
     def _force_kill(self) -> None:
         # not reaped yet, so the pid still names this session's group

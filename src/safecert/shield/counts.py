@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,13 +81,14 @@ def model_digest(model: ShieldModel) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def _connect():
+def _connect(spill: Path):
     from safecert.extras import require_extra
 
     require_extra("shield")
     import duckdb
 
     con = duckdb.connect(":memory:")
+    con.execute(f"SET temp_directory = '{_quote(str(spill))}'")
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
     con.execute(f"SET threads = {THREADS}")
     con.execute("SET preserve_insertion_order = false")
@@ -94,9 +96,14 @@ def _connect():
     return con
 
 
+def _quote(text: str) -> str:
+    """``text`` inside a single-quoted SQL string literal."""
+    return text.replace("'", "''")
+
+
 def _source(path: Path) -> str:
     """The DuckDB table function reading one step log (by suffix: .parquet, else JSON Lines)."""
-    quoted = "'" + str(path).replace("'", "''") + "'"
+    quoted = f"'{_quote(str(path))}'"
     if path.suffix.lower() == ".parquet":
         return f"read_parquet({quoted})"
     cols = "{episode: 'VARCHAR', state: 'JSON', action: 'VARCHAR', next_state: 'JSON'}"
@@ -122,23 +129,28 @@ def count_logs(model: ShieldModel, paths: list[Path]) -> CountTable:
     counts = np.zeros(model.succ.shape, dtype=np.int64)
     steps = episodes = 0
     sources: list[dict[str, Any]] = []
-    con = None
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise DataError(f"{path} does not exist", field="LOGS", fix="pass existing files")
-        if _is_count_table(path):
-            table = read_counts(path, model)
-            counts += table.counts
-            steps, episodes = steps + table.steps, episodes + table.episodes
-            sources += table.sources
-            continue
-        con = con or _connect()
-        part, eps = _count_file(con, model, path)
-        counts += part
-        steps, episodes = steps + int(part.sum()), episodes + eps
-        sources.append({"file": path.name, "bytes": path.stat().st_size})
-    if con is not None:
-        con.close()
+    with tempfile.TemporaryDirectory(prefix="safecert-count-") as spill:
+        con = None
+        try:
+            for path in map(Path, paths):
+                if not path.is_file():
+                    raise DataError(
+                        f"{path} does not exist", field="LOGS", fix="pass existing files"
+                    )
+                if _is_count_table(path):
+                    table = read_counts(path, model)
+                    counts += table.counts
+                    steps, episodes = steps + table.steps, episodes + table.episodes
+                    sources += table.sources
+                    continue
+                con = con or _connect(Path(spill))
+                part, eps = _count_file(con, model, path)
+                counts += part
+                steps, episodes = steps + int(part.sum()), episodes + eps
+                sources.append({"file": path.name, "bytes": path.stat().st_size})
+        finally:
+            if con is not None:
+                con.close()
     return CountTable(model_digest(model), model.name, counts, steps, episodes, sources)
 
 
@@ -252,7 +264,11 @@ def read_counts(path: Path, model: ShieldModel) -> CountTable:
         raise DataError(
             "has no safecert.counts header", field=field, fix="write it with safecert shield count"
         )
-    header = json.loads(raw)
+    try:
+        header = json.loads(raw)
+        steps, episodes = int(header["steps"]), int(header["episodes"])
+    except (ValueError, TypeError, KeyError):
+        raise DataError("has a garbled safecert.counts header", field=field) from None
     if header.get("format") != FORMAT:
         raise DataError(f"count table format {header.get('format')!r}", field=field)
     digest = model_digest(model)
@@ -282,15 +298,12 @@ def read_counts(path: Path, model: ShieldModel) -> CountTable:
             raise DataError("has a negative or missing count", field=where)
         pos = 0 if a == model.halt else _position(model, where, s, a, labels[nxt])
         counts[s, a, pos] += n
-    if int(counts.sum()) != header.get("steps"):
+    if int(counts.sum()) != steps:
         raise DataError(
-            f"counts sum to {int(counts.sum())}, the header says {header.get('steps')} steps",
-            field=field,
+            f"counts sum to {int(counts.sum())}, the header says {steps} steps", field=field
         )
-    return CountTable(
-        digest, str(header.get("model")), counts, int(header["steps"]),
-        int(header.get("episodes", 0)), list(header.get("sources", [])),
-    )  # fmt: skip
+    sources = header.get("sources", [])
+    return CountTable(digest, str(header.get("model")), counts, steps, episodes, list(sources))
 
 
 def merge(model: ShieldModel, paths: list[Path]) -> CountTable:

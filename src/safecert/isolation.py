@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import importlib.machinery
 import os
+import re
 import select
 import subprocess
 import sys
@@ -42,6 +43,21 @@ from safecert import procs
 from safecert.errors import ConfigError
 
 _STDERR_TAIL = 2000
+_ERROR_LINE = re.compile(
+    r"error|exception|cannot|can't|not found|no such|denied|fatal|panic|abort", re.IGNORECASE
+)
+
+
+def stderr_summary(text: str) -> list[str]:
+    """The lines of a crashed child's stderr that say why: the first two that read like an error
+    (Node.js and Java print the error first and a stack trace after it; Python prints it last)
+    and the last line, in their order, each at most 300 characters."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    keep = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)][:2]
+    keep = sorted({*keep, len(lines) - 1} - {-1})
+    return [lines[i][:300] for i in keep]
+
+
 _CHUNK = 1 << 16
 #: the longest reply line (exec) or body (HTTP) accepted; a batch of 4096 rows is a few MB
 MAX_REPLY_BYTES = 64 << 20
@@ -137,7 +153,7 @@ class Channel:
         except subprocess.TimeoutExpired:
             code = None
         self._drain_stderr(proc)
-        tail = self._stderr.decode(errors="replace").strip().splitlines()[-3:]
+        tail = stderr_summary(self._stderr.decode(errors="replace"))
         self._kill()
         detail = f"; stderr: {' | '.join(tail)}" if tail else ""
         return ChannelFailure(

@@ -364,3 +364,30 @@ def test_a_policy_always_out_of_space_is_explained_in_the_console(tmp_path):
     assert "failed episodes: 3/3 ended by an action outside the action space" in text
     assert "action 7 is outside Discrete(2)" in text
     assert "every episode failed so: return actions inside the space" in text
+
+
+def test_a_crashed_vendors_error_line_is_kept_wherever_it_is_printed():
+    from safecert.isolation import stderr_summary
+
+    node = (
+        "/tmp/v/bad.js:1\nconst x = require('nope');\n          ^\n\n"
+        "Error: Cannot find module 'nope'\nRequire stack:\n- /tmp/v/bad.js\n"
+        + "    at Module._resolveFilename (node:internal/modules/cjs/loader:1225:15)\n" * 8
+        + "}\n\nNode.js v20.20.2\n"
+    )
+    assert stderr_summary(node) == ["Error: Cannot find module 'nope'", "Node.js v20.20.2"]
+    python = 'Traceback (most recent call last):\n  File "v.py", line 1\nImportError: no x\n'
+    assert stderr_summary(python) == ["ImportError: no x"]
+    assert stderr_summary("") == [] and stderr_summary("one\n") == ["one"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_a_node_vendor_that_crashes_at_start_says_why_in_one_line(tmp_path):
+    path = config(tmp_path)
+    (tmp_path / "bad.js").write_text('const x = require("nonexistent-module-abc");\n')
+    path.write_text(path.read_text().replace("python:door_pol:balance", "exec:node bad.js"))
+    refused(
+        run_cli("certify", path, "--out", tmp_path / "o"),
+        "policy",
+        "Error: Cannot find module 'nonexistent-module-abc'",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import pytest
@@ -58,5 +59,35 @@ def test_jail_refuses_links_at_every_component_and_hard_links(tree, tmp_path):
         assert (tmp_path / "secret").read_text() == "s"
         assert (tmp_path / "secret").stat().st_mode & 0o777 != 0o444
         jail.set_tree_mode(("prod",), writable=True)
+    finally:
+        jail.close()
+
+
+def test_jail_refuses_a_real_folder_exchanged_in_and_clear_leaves_it_whole(tree, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "inner").mkdir(parents=True)
+    (outside / "inner" / "s.txt").write_text("s")
+    jail = Jail(tree)
+    try:
+        jail.write(("prod", "sub", "f.txt"), b"mine")
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.renameat2(-100, bytes(tree / "prod" / "sub"), -100, bytes(outside), 2) != 0:
+            pytest.skip("renameat2(RENAME_EXCHANGE) unavailable")
+        swapped_in = ("prod", "sub")
+        for op in (
+            lambda: jail.read((*swapped_in, "inner", "s.txt"), 10),
+            lambda: jail.write((*swapped_in, "new.txt"), b"pwned"),
+            lambda: jail.unlink((*swapped_in, "inner", "s.txt")),
+            lambda: jail.set_tree_mode(swapped_in, writable=False),
+        ):
+            with pytest.raises(PathRefused, match="did not create"):
+                op()
+        assert jail.lstat(swapped_in) is None and not jail.is_file((*swapped_in, "inner"))
+        jail.set_tree_mode(("prod",), writable=False)  # walks prod, skips the foreign folder
+        jail.clear()
+        assert sorted(p.name for p in tree.rglob("*")) == ["inner", "prod", "s.txt", "sub"]
+        assert (tree / "prod" / "sub" / "inner" / "s.txt").read_text() == "s"
+        assert (tree / "prod" / "sub").stat().st_mode & 0o777 != 0o555
+        assert (outside / "f.txt").read_bytes() == b"mine"  # ours, moved out: never followed
     finally:
         jail.close()

@@ -134,12 +134,12 @@ def plan_visits(
 
     ``allowed`` is a complete shield (:func:`safecert.shield.certify.complete_shield`).
 
-    Example (a fair coin into the hazard, then halt; 10 logged flips):
+    Example (one risky step, 2 of 10 logged tries went bad; the true risk is unknown):
         >>> from safecert.shield.model import model_from_dict
         >>> from safecert.shield.estimate import RowCounter
         >>> m = model_from_dict({"states": ["s", "ok", "bad"], "actions": ["go", "halt"],
         ...     "initial": "s", "unsafe": ["bad"], "horizon": 2, "delta": 0.1, "anytime": True,
-        ...     "successors": {"go": {"s": ["ok", "bad"]}}})
+        ...     "successors": {"go": {"s": ["ok", "bad"], "ok": ["ok"]}}})
         >>> c = RowCounter(m, anytime=True)
         >>> c.add(np.zeros(10, np.int64), np.tile([0, 0, 0, 1, 0], 2))   # 8 ok, 2 bad
         >>> p = plan_visits(m, c.result(10), np.ones(m.k.shape, bool), 0.3)

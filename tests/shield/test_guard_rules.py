@@ -56,3 +56,28 @@ def test_malformed_rules_are_refused(tmp_path: Path, text, needle):
     with pytest.raises(ConfigError, match=None) as info:
         load_action_rules(path)
     assert needle in str(info.value)
+
+
+def test_rules_are_answered_in_the_calling_thread_and_fail_closed(tmp_path: Path):
+    """A rules file is our own bounded code: the abstraction evaluates it where it is called (no
+    deadline worker is taken from the pool or added to it), with the file's answers, and an error
+    in a rule (a number compared with a string: TypeError) blocks the call instead of raising."""
+    import anyio
+
+    from safecert.shield import deadline
+    from safecert.shield.abstraction import Abstraction, AbstractionFailed
+    from safecert.shield.model import load_model
+
+    model = load_model(PAYMENTS / "model.toml")
+    abstraction = Abstraction(model, PHI.phi, RULES)
+    idle_before = list(deadline._idle)
+    assert abstraction.action("pay", {"amount": 5000}) == "pay_large"
+    assert anyio.run(abstraction.aaction, "pay", {"amount": 5}) == "pay_small"
+    assert deadline._idle == idle_before  # no worker taken, none added
+    path = tmp_path / "r.toml"
+    path.write_text('[[rule]]\ntool = "pay"\nwhen = { amount = { gt = "a" } }\naction = "x"\n')
+    broken = Abstraction(model, PHI.phi, load_action_rules(path))
+    with pytest.raises(AbstractionFailed, match="action map failed .TypeError"):
+        broken.action("pay", {"amount": 5})
+    with pytest.raises(AbstractionFailed, match="action map failed .TypeError"):
+        anyio.run(broken.aaction, "pay", {"amount": 5})

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from safecert.errors import SafecertError
+from safecert.shield.action_rules import ActionRules
 from safecert.shield.deadline import acall_with_deadline, call_with_deadline
 from safecert.shield.model import ShieldModel
 
@@ -44,7 +45,8 @@ class Abstraction:
     """φ and the action map of a deployment, bound to a model, each run under a deadline.
 
     ``phi(history) -> state`` (a label or a dict of predicate values); ``action_map(tool,
-    arguments) -> action`` (default: the tool's name). :meth:`state` and :meth:`action` return model
+    arguments) -> action`` (default: the tool's name; an :class:`ActionRules` from a rules file is
+    our own bounded code and runs in the calling thread, without a deadline). :meth:`state` and :meth:`action` return model
     labels or raise :class:`AbstractionFailed` with the reason — the same code path for the
     gateway, the adapters and ``safecert shield ingest``."""
 
@@ -71,8 +73,8 @@ class Abstraction:
 
     async def aaction(self, tool: str, arguments: dict[str, Any]) -> str:
         """:meth:`action` awaited on an asyncio loop."""
-        if self.action_map is None:
-            return self._action_name(tool, tool)
+        if self.action_map is None or isinstance(self.action_map, ActionRules):
+            return self._action_here(tool, arguments)
         try:
             value = await acall_with_deadline(
                 self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
@@ -91,15 +93,25 @@ class Abstraction:
 
     def action(self, tool: str, arguments: dict[str, Any]) -> str:
         """The model action of a tool call."""
+        if self.action_map is None or isinstance(self.action_map, ActionRules):
+            return self._action_here(tool, arguments)
+        try:
+            value = call_with_deadline(
+                self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
+            )
+        except Exception as exc:
+            raise AbstractionFailed(f"action map failed ({why(exc)})") from None
+        return self._action_name(tool, value)
+
+    def _action_here(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The action without user code, in this thread: the tool's name, or a rules file's answer
+        (:class:`ActionRules`: bounded, non-mutating; an exception still fails closed)."""
         if self.action_map is None:
-            value: object = tool
-        else:
-            try:
-                value = call_with_deadline(
-                    self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
-                )
-            except Exception as exc:
-                raise AbstractionFailed(f"action map failed ({why(exc)})") from None
+            return self._action_name(tool, tool)
+        try:
+            value = self.action_map(tool, arguments)
+        except Exception as exc:
+            raise AbstractionFailed(f"action map failed ({why(exc)})") from None
         return self._action_name(tool, value)
 
     def _action_name(self, tool: str, value: object) -> str:

@@ -1,9 +1,16 @@
 """A declarative action map: a TOML rules file (tool + argument conditions → model action), so most
-deployments write no Python for it (``safecert shield serve --action-map rules.toml``)."""
+deployments write no Python for it (``safecert shield serve --action-map rules.toml``).
+
+Rules are data evaluated by our own code, in time linear in the rules and the arguments, and they
+neither block nor mutate what they read: :class:`safecert.shield.abstraction.Abstraction` therefore
+evaluates an :class:`ActionRules` in the calling thread, without the deadline hand-off (and the
+argument copy) that an operator's Python action map needs. An exception still fails closed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +25,25 @@ _RULE_OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def load_action_rules(path: Path) -> Callable[[str, dict[str, Any]], str]:
+@dataclass(frozen=True)
+class ActionRules:
+    """A parsed rules file: ``(tool, [(argument, operator, value)], action)`` in file order. Called
+    as ``rules(tool, arguments) -> action``: the first rule whose tool matches and whose conditions
+    all hold (an absent argument fails a condition); the tool's own name when none does."""
+
+    rules: tuple[tuple[str, tuple[tuple[str, str, Any], ...], str], ...]
+
+    def __call__(self, tool: str, arguments: dict[str, Any]) -> str:
+        for rule_tool, conds, action in self.rules:
+            if rule_tool == tool and all(
+                arg in arguments and _RULE_OPS[op](arguments[arg], value)
+                for arg, op, value in conds
+            ):
+                return action
+        return tool
+
+
+def load_action_rules(path: Path) -> ActionRules:
     """An action map from a TOML rules file, so most deployments write no Python for it::
 
         [[rule]]
@@ -45,7 +70,7 @@ def load_action_rules(path: Path) -> Callable[[str, dict[str, Any]], str]:
     rules = doc.get("rule")
     if not isinstance(rules, list) or not rules or set(doc) != {"rule"}:
         raise ConfigError(f"{path}: expected [[rule]] tables only", field="--action-map")
-    parsed: list[tuple[str, list[tuple[str, str, Any]], str]] = []
+    parsed: list[tuple[str, tuple[tuple[str, str, Any], ...], str]] = []
     for i, rule in enumerate(rules, 1):
         where = f"{path}: rule {i}"
         if not isinstance(rule, dict) or set(rule) - {"tool", "when", "action"}:
@@ -63,15 +88,5 @@ def load_action_rules(path: Path) -> Callable[[str, dict[str, Any]], str]:
                     field="--action-map",
                 )
             conds += [(arg, op, value) for op, value in test.items()]
-        parsed.append((tool, conds, action))
-
-    def action_map(tool: str, arguments: dict[str, Any]) -> str:
-        for rule_tool, conds, action in parsed:
-            if rule_tool == tool and all(
-                arg in arguments and _RULE_OPS[op](arguments[arg], value)
-                for arg, op, value in conds
-            ):
-                return action
-        return tool
-
-    return action_map
+        parsed.append((tool, tuple(conds), action))
+    return ActionRules(tuple(parsed))

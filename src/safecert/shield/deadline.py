@@ -32,26 +32,32 @@ class _Worker:
         while True:
             fn, args, job = self.jobs.get()
             try:
-                job.answer.put((True, fn(*args)))
+                answer: tuple[bool, Any] = (True, fn(*args))
             except BaseException as exc:  # handed to the caller
-                job.answer.put((False, exc))
+                answer = (False, exc)
+            # back in the pool before answering, so that once the caller is woken this thread
+            # only goes back to waiting (it does not hold the GIL the caller needs)
+            rejoin = not job.abandoned
+            if rejoin:
+                _idle.append(self)
             if job.notify is not None:
                 try:
-                    job.notify()
+                    job.notify(answer)
                 except RuntimeError:  # the caller's event loop is gone
                     pass
-            if job.abandoned:
+            else:
+                job.answer.put(answer)
+            if not rejoin:
                 return  # its caller gave up on it: this thread leaves the pool for good
-            _idle.append(self)
 
 
 class _Job:
     __slots__ = ("answer", "abandoned", "notify")
 
-    def __init__(self, notify: Callable[[], None] | None = None) -> None:
+    def __init__(self, notify: Callable[[tuple[bool, Any]], None] | None = None) -> None:
         self.answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         self.abandoned = False
-        self.notify = notify
+        self.notify = notify  # set: the answer goes there (an event loop), not to ``answer``
 
 
 _idle: list[_Worker] = []  # list.append/pop are atomic under the GIL
@@ -87,29 +93,30 @@ async def acall_with_deadline(
     fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float
 ) -> Any:
     """:func:`call_with_deadline` for an asyncio event loop: the same workers and the same
-    guarantee, awaited without blocking the loop or a second thread (the worker wakes the loop
-    when it answers). Cancelling the await abandons the worker as a timeout does."""
+    guarantee, awaited without blocking the loop or a second thread (the worker hands its answer
+    to the loop). Cancelling the await abandons the worker as a timeout does."""
     loop = asyncio.get_running_loop()
-    answered = asyncio.Event()
+    future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+
+    def answered(answer: tuple[bool, Any]) -> None:  # on the loop
+        if not future.done():
+            future.set_result(answer)
+
     try:
         worker = _idle.pop()
     except IndexError:
         worker = _Worker()
-    job = _Job(lambda: loop.call_soon_threadsafe(answered.set))
+    job = _Job(lambda answer: loop.call_soon_threadsafe(answered, answer))
     worker.jobs.put((fn, args, job))
     try:
-        await asyncio.wait_for(answered.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            ok, value = await future
     except TimeoutError:
         job.abandoned = True
-        try:  # answered in the gap after all
-            ok, value = job.answer.get_nowait()
-        except queue.Empty:
-            raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+        raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
     except BaseException:  # cancelled: nobody will read the answer
         job.abandoned = True
         raise
-    else:
-        ok, value = job.answer.get_nowait()
     if not ok:
         raise value
     return value

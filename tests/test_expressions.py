@@ -145,3 +145,82 @@ def test_as_number_refuses_vectors_and_non_finite():
         as_number(np.zeros(3), "spec.cost")
     with pytest.raises(EvalError, match="not finite"):
         as_number(float("inf"), "spec.cost")
+
+
+# ----------------------------------------------------------------------------- resources (issue 27)
+
+
+def _frames_left_for(run, spare: int):
+    """Run ``run()`` with the recursion limit ``spare`` frames above the current depth."""
+    import inspect
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + spare)
+    try:
+        return run()
+    finally:
+        sys.setrecursionlimit(old)
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "scope", "value"),
+    [
+        ("+", 4999, {"x": 1.0}, 4999.0),
+        ("*", 4999, {"x": 1.0}, 1.0),
+        ("-", 4999, {"x": 1.0}, -4997.0),
+        (" and ", 1600, {"x": True}, True),
+        (" or ", 1900, {"x": False}, False),
+        (" < ", 2400, {"x": 1.0}, False),
+    ],
+)
+def test_a_flat_chain_evaluates_in_a_bounded_number_of_frames(op, n, scope, value):
+    """Evaluation depth does not grow with the chain: 5,000 terms evaluate within 60 frames
+    (the recursive evaluator needed two frames per term and raised RecursionError)."""
+    text = op.join(["x"] * n)
+    assert len(text) <= 10_000
+    expr = parse(text, "spec.cost", names=scope)
+    assert _frames_left_for(lambda: expr.evaluate(scope), 60) == value
+
+
+def test_an_index_chain_is_a_loop_with_a_short_message():
+    nested = np.zeros((1,) * 32)
+    text = "x" + "[0]" * 32 + "[0]" * 2000
+    expr = parse(text, "spec.cost", names=("x",))
+    with pytest.raises(EvalError) as err:
+        _frames_left_for(lambda: expr.evaluate({"x": nested}), 60)
+    assert "out of range" in str(err.value) and len(str(err.value)) < 200
+    deep: dict = {"k": 0}
+    for _ in range(1900):
+        deep = {"k": deep}
+    text = "m" + '["k"]' * 1900 + '.get("k", 7)'
+    assert _frames_left_for(lambda: parse(text, "c", names=("m",)).evaluate({"m": deep}), 60) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("10**10**10", "overflow encountered in power"),
+        ("sqrt(-1)", "invalid value encountered in sqrt"),
+        ("log(0)", "divide by zero encountered in log"),
+        ("exp(1000)", "overflow encountered in exp"),
+        ("x * 1e308", "overflow encountered"),
+    ],
+)
+def test_floating_point_errors_are_eval_errors_never_warnings(text, says):
+    import warnings
+
+    expr = parse(text, "spec.cost", names=("x",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(EvalError, match=says):
+            expr.evaluate({"x": np.float64(10.0)})
+        # underflow to 0 is not an error
+        assert parse("exp(-1000)", "c", names=()).evaluate({}) == 0.0
+
+
+def test_messages_quote_long_expressions_shortly():
+    text = "+".join(["x"] * 3000) + " +"
+    with pytest.raises(ConfigError) as err:
+        parse(text, "spec.cost", names=("x",))
+    assert "ends early" in str(err.value) and len(str(err.value)) < 200

@@ -197,7 +197,7 @@ def test_the_harness_catches_the_old_failures(tmp_path):
     bnn["dynamics"]["next"]["x"] = "1" * 400 + " * x"
     with Worker(tmp_path, tmp_path / "src") as old:
         chain = old.run(
-            "cost-expression", hostile.Case("+".join(["t"] * 4999).encode() + b"\0t"), 60
+            "cost-expression", hostile.Case("+".join(["t"] * 4999).encode() + b"\0true"), 60
         )
         assert chain.traceback and "RecursionError" in str(chain.problems)
         warned = old.run("cost-expression", hostile.Case(b"log(0)\0true"), 60)

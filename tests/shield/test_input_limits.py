@@ -7,9 +7,17 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safecert.shield.logs import MAX_T
-from safecert.shield.model import MAX_HORIZON, MAX_LAYOUT_SIDE, MAX_PER_ROW, MAX_STATES
+from safecert.shield.model import (
+    MAX_HORIZON,
+    MAX_LAYOUT_SIDE,
+    MAX_PER_ROW,
+    MAX_STATES,
+    check_cell_format,
+)
 from tests.blackbox.pipeline_helpers import cli_here  # noqa: F401 - the fixture
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "shield"
@@ -70,6 +78,18 @@ def test_the_example_itself_runs(cli_here, tmp_path):  # noqa: F811
             "column",
         ),
         ('cell_format = "r{row}c{col}"', 'cell_format = "r{row}c{"', "layout.cell_format", "{row}"),
+        (
+            'cell_format = "r{row}c{col}"',
+            'cell_format = "r{row:3000000000}c{col}"',
+            "layout.cell_format",
+            "{row:3000000000}",
+        ),
+        (
+            'cell_format = "r{row}c{col}"',
+            'cell_format = "r{row.real}c{col[0]}"',
+            "layout.cell_format",
+            "{row.real}",
+        ),
         ("horizon = 16", "horizon = 1e9", "horizon", "integer"),
         ("horizon = 16", "horizon = 1000000000", "horizon", str(MAX_HORIZON)),
         ("rows = 7", "rows = 30000", "layout.rows", str(MAX_LAYOUT_SIDE)),
@@ -133,3 +153,17 @@ def test_bad_log_lines_are_one_line_with_their_number(cli_here, tmp_path, line, 
     assert result.code == 2, result.stderr
     msg = result.stderr.strip()
     assert "\n" not in msg and "l.jsonl:6" in msg and says in msg, msg
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text("{}:!.[]0123456789rowcldx>s", max_size=40))
+def test_an_accepted_cell_format_fills_every_cell_with_a_short_label(text):
+    """Whatever ``check_cell_format`` accepts fills without error for every row and column, into
+    a label bounded by its length and two widths below 100; what it refuses is a ValueError."""
+    try:
+        check_cell_format(text)
+    except ValueError:
+        return
+    for row, col in ((0, 0), (MAX_LAYOUT_SIDE - 1, 7)):
+        label = text.format(row=row, col=col)
+        assert len(label) <= len(text) + 2 * 99 * text.count("{")

@@ -1,7 +1,7 @@
 """Episode stores are complete or rejected (issue 21, item 3).
 
-A cell's episodes must be exactly 0 … N-1 (fixed N: ``parameters.episodes``; sequential: where the
-schedule, replayed over the cell's stored outcomes, stops), and every row must hold values of its
+A cell's episodes must be exactly 0 … N-1 (fixed N: ``parameters.episodes``; sequential: the
+decision point, where the rule, replayed over the cell's stored outcomes, stops), and every row must hold values of its
 column's type. The forgers below edit a real run's store and then re-fix everything a digest or a
 recomputed result can re-fix, so the only check left to catch them is the one under test.
 """
@@ -25,15 +25,13 @@ from safecert.blackbox.sequential import (
     build_rule,
     certify_sequential,
     outcomes_prefix,
-    round_target,
-    scheduled_episodes,
     sequential_result,
 )
 from safecert.blackbox.store import EpisodeStore
 from safecert.certificate import canonical_json, read_certificate
 from safecert.cli.main import main
 from safecert.errors import DataError
-from safecert.stats.sequential import UNDECIDED
+from safecert.stats.sequential import UNDECIDED, stopping_index
 from safecert.stats.sequential_plan import make_rule
 from tests.blackbox.pipeline_helpers import cartpole_run
 
@@ -133,8 +131,8 @@ def test_honest_runs_verify(runs, capsys):
         code, failed, _ = _verify(folder, capsys)
         assert code == 0 and failed == []
     cells = _sequential_cells(runs[1])
-    # the fixture exercises what the rule is about: a round's overshoot and a failing cell
-    assert any(c.episodes_run > c.episodes_used for c in cells)
+    # the fixture exercises what the rule is about: a cell decided before its cap, a failing cell
+    assert any(c.episodes_used < CAP for c in cells)
     assert any(c.decision == "FAIL" for c in cells)
 
 
@@ -229,21 +227,20 @@ def test_store_reader_rejects_what_verify_rejects(tmp_path):
 
 
 def _stopped_cell(folder: Path) -> tuple[int, int]:
-    """(cell, stored count) of a cell the rule decided before the cap, with overshoot."""
-    cell = next(c for c in _sequential_cells(folder) if c.episodes_run > c.episodes_used)
-    return cell.cell, cell.episodes_run
+    """(cell, stored count = decision point) of a cell the rule decided before the cap."""
+    cell = next(c for c in _sequential_cells(folder) if c.episodes_used < CAP)
+    return cell.cell, cell.episodes_used
 
 
-@pytest.mark.parametrize("where", ["last", "first overshoot", "middle"])
+@pytest.mark.parametrize("where", ["last", "first", "middle"])
 def test_sequential_store_with_one_row_deleted(seq, capsys, where):
     cell, n = _stopped_cell(seq)
-    used = next(c.episodes_used for c in _sequential_cells(seq) if c.cell == cell)
-    index = {"last": n - 1, "first overshoot": used, "middle": used // 2}[where]
+    index = {"last": n - 1, "first": 0, "middle": n // 2}[where]
     _sql(seq, ("DELETE FROM episodes WHERE cell = ? AND idx = ?", (cell, index)))
     _refix(seq)
     detail = _only_cell_fails(seq, capsys, cell)
-    if index == n - 1:  # contiguous, but the schedule stops one episode later
-        assert detail.endswith(f"stops at: {n}")
+    if index == n - 1:  # contiguous, but the rule has not stopped before its decision point
+        assert detail.endswith(f"needs at least: {n}")
     else:
         assert f"missing {index}" in detail
 
@@ -255,7 +252,7 @@ def test_sequential_store_with_a_row_appended(seq, capsys, cell_kind):
         cell, n = _stopped_cell(seq)
     else:
         failing = next(c for c in cells if c.decision == "FAIL")
-        cell, n = failing.cell, failing.episodes_run
+        cell, n = failing.cell, failing.episodes_used
     _sql(
         seq,
         (
@@ -268,71 +265,38 @@ def test_sequential_store_with_a_row_appended(seq, capsys, cell_kind):
     assert _only_cell_fails(seq, capsys, cell).endswith(f"stops at: {n}")
 
 
-def test_sequential_store_cut_back_to_the_decision(seq, capsys):
-    """Dropping the whole overshoot (the failing episodes after the decision, say) is caught too:
-    the stored count is fixed by the outcomes before each round end, not by the forger."""
-    cell, n = _stopped_cell(seq)
-    used = next(c.episodes_used for c in _sequential_cells(seq) if c.cell == cell)
-    _sql(seq, ("DELETE FROM episodes WHERE cell = ? AND idx >= ?", (cell, used)))
-    _refix(seq)
-    assert _only_cell_fails(seq, capsys, cell).endswith(f"stops at: {n}")
-
-
-def _round_loop(rule, settings, x: np.ndarray) -> int:
-    """The scheduler of certify as first written: from the count reached, the next round end."""
-    n = 0
-    while rule.decide(x[:n]).decision == UNDECIDED:
-        n = round_target(rule, settings, n, int(x[:n].sum()))
-    return n
-
-
 @pytest.mark.parametrize("method", ["onesided", "mixture", "looks", "betting", "curtail"])
-def test_scheduled_episodes_is_the_round_loop_and_no_other_count(method):
-    """The count an uninterrupted round loop stores is the one scheduled_episodes names; no
-    shorter prefix and no longer sequence is complete (each names a count other than its own)."""
+def test_the_decision_point_is_the_only_complete_count(method):
+    """The count certify stores is where the rule, read in index order, stops; no shorter prefix
+    is complete (the rule has not stopped on it) and no longer sequence is (it stops earlier)."""
     rule = make_rule(method, 0.05, 0.1 / 9, 600)
-    settings = SequentialSettings()
     rng = np.random.default_rng(11)
     for p in (0.0, 0.02, 0.05, 0.08, 0.3):
         for _ in range(4):
             x = (rng.random(600) < p).astype(np.int64)
-            n = _round_loop(rule, settings, x)
-            assert scheduled_episodes(rule, settings, x) == n
-            assert scheduled_episodes(rule, settings, x[:n]) == n
+            n = stopping_index(rule, x)
+            assert n is not None and n == rule.decide(x).episodes
+            assert rule.decide(x[:n]).decision != UNDECIDED
+            assert stopping_index(rule, x[:n]) == n
             for k in {0, n // 2, n - 1, max(n - 8, 0)} - {n}:
-                assert scheduled_episodes(rule, settings, x[:k]) > k
-            if n < x.size:
-                assert scheduled_episodes(rule, settings, x[: n + 1]) == n
+                assert stopping_index(rule, x[:k]) is None
+                assert rule.decide(x[:k]).decision == UNDECIDED
 
 
-def _round_ends(rule, settings, x: np.ndarray) -> list[int]:
-    ends = [0]
-    while rule.decide(x[: ends[-1]]).decision == UNDECIDED:
-        ends.append(round_target(rule, settings, ends[-1], int(x[: ends[-1]].sum())))
-    return ends
-
-
-@pytest.mark.parametrize("cut", ["past the decision", "before the decision"])
+@pytest.mark.parametrize("cut", ["just before the decision", "mid-way"])
 def test_a_resumed_run_stores_what_an_uninterrupted_one_does(seq, capsys, cut):
-    """A killed round leaves a cell between two round ends (its committed batches end anywhere):
-    the resumed run completes that round instead of scheduling a new one from where the commit
-    left off, so the store, its digest and every count equal the uninterrupted run's."""
+    """A killed run leaves each cell a prefix of consecutive indices (its commits end anywhere);
+    the resumed run continues from there to the same decision point, so the store, its digest and
+    every count equal the uninterrupted run's."""
     whole = read_certificate(seq / "certificate.json")
     cell, n = _stopped_cell(seq)
     plan = plan_run(Path(whole.inputs.root) / "run.toml")
-    settings = SequentialSettings()
-    rule = build_rule(plan.config, plan.family, settings)
+    rule = build_rule(plan.config, plan.family, SequentialSettings())
     with EpisodeStore(seq / "episodes.sqlite", create=False) as store:
         x = outcomes_prefix(store.records(cell), plan.config.spec.budget)
-    ends = _round_ends(rule, settings, x)
-    used = rule.decide(x).episodes
-    assert ends[-1] == n and ends[-2] < used < n  # the fixture's cell: decided mid-round
-    keep = n - 1 if cut == "past the decision" else ends[-2] + 1
+    assert stopping_index(rule, x) == n
+    keep = n - 1 if cut == "just before the decision" else n // 2
     _sql(seq, ("DELETE FROM episodes WHERE cell = ? AND idx >= ?", (cell, keep)))
-    # scheduling from the kept prefix, as certify first did, would store a count no
-    # uninterrupted run stores (or, past the decision, nothing more)
-    if rule.decide(x[:keep]).decision == UNDECIDED:
-        assert round_target(rule, settings, keep, int(x[:keep].sum())) != n
     resumed = certify_sequential(plan.config_path, seq, LocalBackend(1), True, False)
     assert resumed.inputs.evidence == whole.inputs.evidence
     assert resumed.result == whole.result

@@ -4,7 +4,10 @@ A :class:`RunContext` (picklable) is everything a worker needs to build its orac
 environments of every cell. :class:`Worker` builds them once, lazily, and runs chunks of jobs of
 one cell with :func:`safecert.blackbox.rollout.run_lockstep` on ``batch_size`` env copies.
 :class:`LocalBackend` runs chunks in-process (``workers = 1``) or on a ``forkserver`` process pool
-and yields records in completion order. BB-seq's Ray backend implements the same protocol.
+and yields records in completion order: a fixed list (:meth:`LocalBackend.run`) or the chunks a
+:class:`JobSource` hands out as workers free up (:meth:`LocalBackend.stream`: the sequential
+scheduler, which decides what to run next from the records seen so far). BB-seq's Ray backend
+implements the same protocol.
 """
 
 from __future__ import annotations
@@ -39,9 +42,46 @@ class RunContext:
     oracle: OracleSpec
 
 
+class JobSource(Protocol):
+    """Hands a backend its work one chunk at a time, as workers free up.
+
+    ``per_worker``: the chunks one worker may hold at once (in flight: ``per_worker`` × workers
+    chunks). :meth:`take` is called whenever a worker has room, after every record of a finished
+    chunk has been yielded to the consumer (who may have updated the source in between)."""
+
+    per_worker: int
+
+    def take(self) -> list[EpisodeJob]:
+        """The next chunk (jobs of one cell), or ``[]`` when none may start until a running chunk
+        ends; ``[]`` while nothing runs ends the stream."""
+        ...
+
+
+class ListSource:
+    """A fixed list of jobs in chunks of ``size`` (never mixing cells), ``per_worker`` at a time:
+    what a fixed-N run (and :meth:`Backend.run`) streams."""
+
+    def __init__(self, jobs: Sequence[EpisodeJob], size: int, per_worker: int = 2) -> None:
+        self.per_worker = per_worker
+        self._chunks = iter(chunked(jobs, size))
+
+    def take(self) -> list[EpisodeJob]:
+        return next(self._chunks, [])
+
+
 class Backend(Protocol):
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
         """Run every job once; yield each record as soon as it is done (any order)."""
+        ...
+
+    def stream(self, source: JobSource, ctx: RunContext) -> Iterator[EpisodeRecord]:
+        """Run the chunks ``source`` hands out until it has none and none runs; yield each record
+        as its chunk is done. A consumer that stops iterating abandons the chunks in flight."""
+        ...
+
+    def worker_count(self, ctx: RunContext) -> int:
+        """How many chunks of ``per_worker = 1`` this backend runs at once for ``ctx``."""
+        ...
 
 
 class Worker:
@@ -149,8 +189,10 @@ class LocalBackend:
     next call opens a fresh one. Outcomes depend only on the seeds, so records never depend on
     the pool's life.
 
-    Chunks hold ``chunk_episodes`` episodes (default: 4 × batch_size, at least 8) so that records
-    reach the store — and the progress bar — steadily; two chunks per worker are kept in flight.
+    :meth:`run` chunks hold ``chunk_episodes`` episodes (default: 4 × batch_size, at least 8) so
+    that records reach the store — and the progress bar — steadily; two chunks per worker are kept
+    in flight. :meth:`stream` runs the chunks its source hands out, ``source.per_worker`` per
+    worker.
     """
 
     def __init__(self, workers: int | None = None, chunk_episodes: int | None = None) -> None:
@@ -171,7 +213,7 @@ class LocalBackend:
         if self._ctx is not None and self._ctx == ctx:
             return
         self.close()
-        self.workers = self.requested or ctx.config.workers or os.cpu_count() or 1
+        self.workers = self.worker_count(ctx)
         if self.workers == 1:
             self._worker = Worker(ctx)
         else:
@@ -186,40 +228,47 @@ class LocalBackend:
             )
         self._ctx = ctx
 
+    def worker_count(self, ctx: RunContext) -> int:
+        return self.requested or ctx.config.workers or os.cpu_count() or 1
+
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
         size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
-        chunks = chunked(jobs, size)
-        if not chunks:
+        return self.stream(ListSource(jobs, size), ctx)
+
+    def stream(self, source: JobSource, ctx: RunContext) -> Iterator[EpisodeRecord]:
+        chunk = source.take()
+        if not chunk:
             return
         self._open(ctx)
         finished = False
         try:
             if self._worker is not None:
-                for chunk in chunks:
+                while chunk:
                     yield from self._worker.run(chunk)
+                    chunk = source.take()
             else:
-                yield from self._run_pool(chunks)
+                yield from self._run_pool(source, chunk)
             finished = True
         finally:
             if not finished:
                 self.close(abort=True)
 
-    def _run_pool(self, chunks: list[list[EpisodeJob]]) -> Iterator[EpisodeRecord]:
+    def _run_pool(self, source: JobSource, first: list[EpisodeJob]) -> Iterator[EpisodeRecord]:
         assert self._pool is not None
         pool = self._pool
+        slots = source.per_worker * self.workers
         pending: set[Future] = set()
-        todo = iter(chunks)
-        for chunk in todo:  # keep two chunks per worker in flight
-            pending.add(pool.submit(_run_chunk, chunk))
-            if len(pending) >= 2 * self.workers:
-                break
-        while pending:
+        chunk = first
+        while True:
+            while chunk:  # a chunk is taken only when a slot is free
+                pending.add(pool.submit(_run_chunk, chunk))
+                chunk = source.take() if len(pending) < slots else []
+            if not pending:
+                return
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 yield from fut.result()
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending.add(pool.submit(_run_chunk, nxt))
+            chunk = source.take()
 
     def close(self, *, abort: bool = False) -> None:
         """Close the in-process worker or shut the pool down (idempotent).

@@ -13,8 +13,9 @@ rejudging and replay reuse them):
    error before any episode), play one nominal episode with the spec evaluated strictly (a cost or
    goal key the environment does not provide is one error), fix the observation ranges
    (:mod:`safecert.blackbox.preflight`).
-4. :func:`run_jobs` — every (cell, index) not yet stored, stage 1 first; records are committed per
-   finished chunk, each committed batch reported as a progress event (:mod:`safecert.blackbox.progress`).
+4. :func:`run_jobs` — every (cell, index) not yet stored, stage 1 first; records are committed in
+   batches (:func:`store_records`), each committed batch reported as a progress event
+   (:mod:`safecert.blackbox.progress`).
 5. :func:`finish` — judge (:mod:`safecert.blackbox.judge`), write ``certificate.json`` and the
    report (HTML, Markdown, PNG ODD maps).
 
@@ -101,9 +102,20 @@ def run_jobs(
     store: EpisodeStore,
     *,
     progress: RunTracker | None = None,
+) -> int:
+    """Run ``jobs`` and store each record (:func:`store_records`); returns the number of new
+    records."""
+    return store_records(backend.run(jobs, ctx), store, progress=progress)
+
+
+def store_records(
+    records: Iterable[EpisodeRecord],
+    store: EpisodeStore,
+    *,
+    progress: RunTracker | None = None,
     commit_every: int = 32,
 ) -> int:
-    """Run ``jobs`` and store each record; returns the number of new records.
+    """Store ``records`` as they come; returns the number of new records.
 
     Records are committed ``commit_every`` at a time and at the end (each commit is synced to
     disk), so a crash loses at most that many episodes, which ``--resume`` re-runs with the same
@@ -119,7 +131,7 @@ def run_jobs(
         pending.clear()
         return n
 
-    for record in backend.run(jobs, ctx):
+    for record in records:
         pending.append(record)
         if len(pending) >= commit_every:
             added += commit()

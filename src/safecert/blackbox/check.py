@@ -9,8 +9,9 @@ Checks, each reported separately (a failing one names both values):
 2. **evidence** — the store's canonical rows digest equals ``inputs.evidence``; every record's seed
    is the one derived from ``parameters.seed``; the cells in the store are exactly the family's
    (rebuilt from ``parameters.envelope``: no dropped, no extra cell) and each holds exactly
-   episodes ``0 … N-1`` (sequential: N is where the sequential schedule, replayed on the stored
-   outcomes, stops: :func:`~safecert.blackbox.sequential.scheduled_episodes`); declared and space
+   episodes ``0 … N-1`` (sequential: N is the decision point τ, where the rule, replayed on the
+   stored outcomes in index order, stops: :func:`~safecert.stats.sequential.stopping_index`; a
+   row past τ, or one short of it, fails); declared and space
    observation ranges are recomputed from the config and the environment;
 3. **judgement** — the whole result (family size, δ', every count, bound, decision, KPI, ODD
    entry; sequential stopping decisions) is rebuilt by the same builder certify used and compared
@@ -189,8 +190,8 @@ def _check_coverage(
     report: VerificationReport,
 ) -> bool:
     """The store holds the family's cells and nothing else, each with its seeded episodes
-    ``0 … N-1``, no gap, no duplicate: fixed N = ``parameters.episodes``; sequential N = where
-    the sequential schedule, replayed over the cell's stored outcomes, stops."""
+    ``0 … N-1``, no gap, no duplicate: fixed N = ``parameters.episodes``; sequential N = the
+    decision point where the rule, replayed over the cell's stored outcomes, stops."""
     by_cell: dict[int, list[EpisodeRecord]] = {}
     bad_seeds = []
     for r in records:
@@ -215,20 +216,23 @@ ExpectedEpisodes = Callable[[list[EpisodeRecord]], tuple[int, str]]
 
 
 def _expected_episodes(cert: Certificate, config: RunConfig, family: Family) -> ExpectedEpisodes:
-    """How many episodes a complete cell holds, from its records: fixed N, or where the sequential
-    schedule, replayed over the cell's outcomes, stops (no row missing before the stop, only the
-    round's overshoot after it)."""
+    """How many episodes a complete cell holds, from its records: fixed N, or the decision point τ
+    where the rule, replayed over the cell's outcomes in index order, stops (the store holds
+    exactly the episodes the decision read; one that has not stopped is incomplete)."""
     if not isinstance(cert, SequentialCertificate):
         return lambda _records: (config.episodes, "parameters.episodes")
     from safecert.blackbox.judge import failure_flags
-    from safecert.blackbox.sequential import build_rule, scheduled_episodes, sequential_settings
+    from safecert.blackbox.sequential import build_rule, sequential_settings
+    from safecert.stats.sequential import stopping_index
 
-    settings = sequential_settings(config)
-    rule = build_rule(config, family, settings)
+    rule = build_rule(config, family, sequential_settings(config))
 
     def expected(records: list[EpisodeRecord]) -> tuple[int, str]:
         outcomes = failure_flags(records, config.spec.budget)[2].astype(np.int64)
-        return scheduled_episodes(rule, settings, outcomes), "the replayed schedule stops at"
+        tau = stopping_index(rule, outcomes)
+        if tau is None:
+            return len(records) + 1, "the replayed rule has not stopped; it needs at least"
+        return tau, "the replayed rule stops at"
 
     return expected
 

@@ -4,7 +4,9 @@
 "host:6379"); with no address it starts a local Ray instance (``num_cpus`` CPUs, no dashboard,
 quiet logs). Each actor holds one :class:`safecert.blackbox.backends.Worker` — it builds the
 oracle and the env copies once from the picklable :class:`RunContext`, exactly as a local worker
-process does — and runs chunks of jobs with the same lockstep rollout. Because every episode's
+process does — and runs chunks of jobs with the same lockstep rollout: a fixed list
+(:meth:`RayBackend.run`) or the chunks a :class:`~safecert.blackbox.backends.JobSource` hands out
+as actors free up (:meth:`RayBackend.stream`, the sequential scheduler). Because every episode's
 outcome depends only on its seed, records are identical to the local backend's for the same
 master seed, whatever the cluster size or completion order.
 
@@ -19,7 +21,7 @@ import os
 import socket
 from collections.abc import Iterator, Sequence
 
-from safecert.blackbox.backends import RunContext, Worker, chunked
+from safecert.blackbox.backends import JobSource, ListSource, RunContext, Worker
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.errors import ConfigError, SafecertError
 from safecert.extras import require_extra
@@ -101,12 +103,15 @@ class RayBackend:
         self._started = self.address is None
         return ray
 
+    def worker_count(self, ctx: RunContext) -> int:
+        return self.actors or max(1, int(self._connect().cluster_resources().get("CPU", 1)))
+
     def _actors(self, ray, ctx: RunContext) -> list:
-        """The actor pool for ``ctx``, kept across calls (sequential runs call ``run`` per round)."""
+        """The actor pool for ``ctx``, kept across calls (``run`` after ``run`` on one cluster)."""
         if self._pool and self._pool_ctx == ctx:
             return self._pool
         self._release()
-        n = self.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        n = self.worker_count(ctx)
         actor_cls = ray.remote(num_cpus=1)(_ActorWorker)
         self._pool = [actor_cls.remote(ctx) for _ in range(n)]
         self._pool_ctx = ctx
@@ -127,28 +132,30 @@ class RayBackend:
 
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
         size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
-        chunks = chunked(jobs, size)
-        if not chunks:
+        return self.stream(ListSource(jobs, size), ctx)
+
+    def stream(self, source: JobSource, ctx: RunContext) -> Iterator[EpisodeRecord]:
+        """Each actor holds at most ``source.per_worker`` chunks; a freed actor gets the next."""
+        first = source.take()
+        if not first:
             return
         ray = self._connect()
         pool = self._actors(ray, ctx)
-        todo = iter(chunks)
         owner: dict = {}
+        held = [0] * len(pool)
         finished = False
         try:
-            for actor in pool:  # two chunks in flight per actor
-                for _ in range(2):
-                    chunk = next(todo, None)
-                    if chunk is not None:
-                        owner[actor.run.remote(chunk)] = actor
-            while owner:
+            while True:
+                for i in range(len(pool)):  # a chunk is taken only when an actor has room
+                    while held[i] < source.per_worker and (chunk := first or source.take()):
+                        first = []
+                        owner[pool[i].run.remote(chunk)] = i
+                        held[i] += 1
+                if not owner:
+                    break
                 done, _ = ray.wait(list(owner), num_returns=1)
-                ref = done[0]
-                actor = owner.pop(ref)
-                yield from self._get(ray, ref)
-                chunk = next(todo, None)
-                if chunk is not None:
-                    owner[actor.run.remote(chunk)] = actor
+                held[owner.pop(done[0])] -= 1
+                yield from self._get(ray, done[0])
             finished = True
         finally:
             if not finished:  # interrupted or failed: drop the actors and their queued work

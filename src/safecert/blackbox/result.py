@@ -131,8 +131,8 @@ class BlackboxResult(_Common):
 
 
 class SequentialCell(_CellCounts):
-    """A cell judged by an anytime-valid rule on its first ``episodes_used`` episodes; counts and
-    Hoeffding bounds over all ``episodes`` stored (descriptive)."""
+    """A cell judged by an anytime-valid rule on its first ``episodes_used`` episodes (all it
+    stores: ``episodes`` is the same number); Hoeffding bounds over them are descriptive."""
 
     decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
     lower_bound: float
@@ -146,24 +146,32 @@ class SequentialStage1(SequentialCell):
 
 
 class SequentialDecision(StrictModel):
+    """A cell's decision: the rule applied to its outcomes in episode-index order; it stopped at
+    ``episodes_used`` (the decision point), which is also how many episodes the store holds."""
+
     cell: int
     decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
     episodes_used: int
     failures_used: int
-    episodes_run: int
     lower_bound: float
     upper_bound: float
 
 
 class SequentialBlock(StrictModel):
+    """The rule, each cell's decision and the episode totals. ``order``: the order in which each
+    cell's outcomes are read (the index order of their seeds, never completion order), so the
+    decision points are a function of the outcomes alone. Overshoot (episodes run past a decision
+    point) depends on worker timing, is not evidence, and is not here: the episode store's
+    ``sequential_overshoot`` meta holds it."""
+
     method: str
     options: dict[str, Any]
     rule: dict[str, Any]
     delta_cell: float
     cap: int
+    order: Literal["episode index"]
     cells: list[SequentialDecision]
     episodes_used: int
-    episodes_run: int
     episodes_fixed_n: int
     note: str
 

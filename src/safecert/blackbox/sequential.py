@@ -5,30 +5,24 @@ Each cell's episodes are judged in their index order by an anytime-valid rule of
 M cells of the family, as in fixed-N). A cell stops at PASS (upper bound ≤ p*), FAIL (lower bound
 > p*; for ``curtail``: the fixed-N decision FAIL) or INCONCLUSIVE at the cap (``episodes``).
 
-How a run proceeds (resumable at any point: everything lives in ``episodes.sqlite``):
-
-1. stage 1 (the nominal cell) runs in rounds until decided, then the other cells run together;
-2. a round schedules episodes only for undecided cells — episodes that decided cells no longer
-   need go to the undecided ones; for ``looks`` a round ends exactly at each cell's next look,
-   for per-episode rules at the earliest point where the cell could stop, or a growth step
-   (``round_growth``) beyond its current count;
-3. each cell's decision is recomputed from the stored records, as the longest prefix of
-   contiguous indices 0, 1, 2, … (a killed round leaves holes that the next round fills).
-
-A cell's round ends n_1 < n_2 < … depend only on its own outcomes (n_{j+1} is
-:func:`round_target` of n_j and the failures among the first n_j), so the number of episodes a
-finished run stores in a cell is a function of those outcomes: the first round end at which the
-rule has decided (:func:`scheduled_episodes`). A resumed run follows the same round ends, so it
-stores exactly what an uninterrupted run stores, and ``verify`` replays the schedule over the
-stored outcomes and requires the stored count to be that number: a row deleted (or appended)
-after the decision changes it.
+How a run proceeds (resumable at any point: everything lives in ``episodes.sqlite``): the
+scheduler (:class:`~safecert.blackbox.streaming.CellStreams`) hands out episodes as workers free
+up — the nominal cell first, then every undecided cell — and checks each cell's rule every time a
+completed episode extends the cell's prefix of consecutive indices 0, 1, 2, …. The first count at
+which the rule stops is the cell's decision point; the cell gets no further episode, and at most
+workers × batch_size of its episodes (those in flight) run past it. The store holds exactly
+episodes 0 … τ−1 of each cell (τ its decision point): a function of the outcomes, whatever the
+workers, batch size, backend or timing, so equal seeds give equal certificates and ``verify``
+requires the stored count to be the τ it re-derives — a row deleted or appended changes it.
+Episodes run past a decision point (the overshoot) are not evidence; their number, which depends
+on timing, is a run statistic in the store's ``sequential_overshoot`` meta and the progress
+events. A killed run leaves every cell a prefix; ``--resume`` continues each from there.
 
 Why the family-wise guarantee survives adaptivity: a cell's decision is a stopping rule on that
-cell's own i.i.d. outcomes in a fixed order; when, or whether, the scheduler runs its next
-episodes (which depends on other cells) changes only how far along the same sequence it gets,
-and every rule is valid uniformly over n. So each cell errs with probability ≤ δ' and the union
-bound gives ≤ δ over the grid. Episodes run past a cell's stopping index (a round's overshoot) are
-stored and counted in ``episodes`` but do not enter its decision (``episodes_used``).
+cell's own i.i.d. outcomes in a fixed (index) order; when, or whether, the scheduler runs its
+next episodes (which depends on other cells and on timing) changes only how far along the same
+sequence it gets, and every rule is valid uniformly over n. So each cell errs with probability
+≤ δ' and the union bound gives ≤ δ over the grid.
 
 Hoeffding KPI bounds are computed, as in fixed-N, from all stored episodes of a cell; at a
 data-dependent episode count they are descriptive, not anytime-valid (``result.sequential.note``).
@@ -36,7 +30,6 @@ data-dependent episode count they are descriptive, not anytime-valid (``result.s
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -50,11 +43,11 @@ from safecert.blackbox.certify import (
     make_context,
     open_store,
     run_inputs,
-    run_jobs,
+    store_records,
 )
 from safecert.blackbox.config import RunConfig, certified_parameters
 from safecert.blackbox.grid import Family
-from safecert.blackbox.jobs import EpisodeRecord, make_jobs
+from safecert.blackbox.jobs import EpisodeRecord
 from safecert.blackbox.judge import failure_flags
 from safecert.blackbox.plan import plan_run
 from safecert.blackbox.progress import Progress, RunTracker, run_events
@@ -67,6 +60,7 @@ from safecert.blackbox.result import (
     SequentialStage1,
 )
 from safecert.blackbox.store import EpisodeStore
+from safecert.blackbox.streaming import CellStreams, Rule
 from safecert.certificate import (
     Certificate,
     SequentialCertificate,
@@ -75,14 +69,16 @@ from safecert.certificate import (
 )
 from safecert.config import parse_model
 from safecert.document import to_jsonable
-from safecert.stats.betting import BettingRule
-from safecert.stats.sequential import FAIL, PASS, UNDECIDED, Boundaries
+from safecert.stats.sequential import FAIL, PASS
+from safecert.stats.sequential import SequentialDecision as StopDecision
 from safecert.stats.sequential_plan import make_rule
 
 NOTE = (
-    "decisions and bounds are anytime-valid at delta_cell; the Hoeffding KPI bounds and the "
-    "task/safety-only bounds use all stored episodes of a cell at a data-dependent count and are "
-    "descriptive"
+    "decisions and bounds are anytime-valid at delta_cell; each cell's evidence is exactly its "
+    "episodes before the decision point, in episode-index order; the Hoeffding KPI bounds and the "
+    "task/safety-only bounds use them at a data-dependent count and are descriptive; episodes run "
+    "past a decision point (at most workers x batch_size per cell) are not evidence: their "
+    "number depends on timing and is kept in the store's sequential_overshoot meta"
 )
 
 
@@ -95,8 +91,6 @@ class SequentialSettings(BaseModel):
     look_ratio: float = Field(1.5, gt=1.0, le=10.0)
     spending: Literal["pi2", "uniform"] = "pi2"
     prior: tuple[float, float] | None = None
-    round_growth: float = Field(1.25, gt=1.0, le=10.0)
-    min_round: int = Field(8, ge=1)
 
     def rule_options(self) -> dict[str, Any]:
         if self.method == "looks":
@@ -109,7 +103,6 @@ class SequentialSettings(BaseModel):
         return {}
 
 
-Rule = Boundaries | BettingRule
 Decision = Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
 
 
@@ -122,44 +115,6 @@ def outcomes_prefix(records: list[EpisodeRecord], budget: float) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     return failure_flags(ordered[:n], budget)[2].astype(np.int64)
-
-
-def earliest_stop(rule: Rule, episodes: int, failures: int, *, pass_only: bool = False) -> int:
-    """The first check after ``episodes`` at which the cell could possibly stop (with
-    ``pass_only``: could PASS, when it still can before the cap)."""
-    if not isinstance(rule, Boundaries):
-        return min(rule.cap, episodes + 1)
-    later = rule.checks > episodes
-    n = rule.checks[later]
-    possible = failures <= rule.pass_max[later]
-    if not (pass_only and possible.any()):
-        possible = possible | (failures + (n - episodes) >= rule.fail_min[later])
-    return int(n[np.argmax(possible)]) if possible.any() else rule.cap
-
-
-def round_target(rule: Rule, settings: SequentialSettings, episodes: int, failures: int) -> int:
-    """How many episodes (index prefix) the cell should have after the next round."""
-    if isinstance(rule, Boundaries) and rule.method == "looks":
-        return earliest_stop(rule, episodes, failures)
-    grown = max(episodes + settings.min_round, math.ceil(episodes * settings.round_growth))
-    # no failure after a first round: the cell is heading for PASS, so run up to the first point
-    # where it could pass (a FAIL before that would need a run of failures)
-    pass_only = failures == 0 and episodes >= settings.min_round
-    return min(rule.cap, max(earliest_stop(rule, episodes, failures, pass_only=pass_only), grown))
-
-
-def scheduled_episodes(rule: Rule, settings: SequentialSettings, outcomes: np.ndarray) -> int:
-    """How many episodes the scheduler runs in a cell whose outcomes (1 = failure, index order)
-    begin with ``outcomes``: replaying the rounds n_0 = 0, n_{j+1} = :func:`round_target`, the
-    first round end at which the rule has decided — or, when ``outcomes`` ends before that, the
-    end of the round it is in (what the cell still needs). Every n_j is ≤ the cap, where every
-    rule decides, so the replay ends."""
-    n = 0
-    while n <= outcomes.size:
-        if rule.decide(outcomes[:n]).decision != UNDECIDED:
-            return n
-        n = round_target(rule, settings, n, int(outcomes[:n].sum()))
-    return n
 
 
 def build_rule(config: RunConfig, family: Family, settings: SequentialSettings) -> Rule:
@@ -192,10 +147,6 @@ def certify_sequential(
     settings = sequential_settings(plan.config)
     rule = build_rule(plan.config, plan.family, settings)
     backend = backend or LocalBackend(plan.config.workers)
-    cells = list(range(plan.family.size))
-    phases = [[plan.stage1_cell], [c for c in cells if c != plan.stage1_cell]]
-    budget = plan.config.spec.budget
-    rounds = 0
     with (
         run_events(progress) as events,
         open_store(plan, out_dir, resume=resume) as store,
@@ -208,35 +159,36 @@ def certify_sequential(
             cells=plan.cells,
             targets=[plan.config.episodes] * len(plan.cells),
             store=store,
-            budget=budget,
+            budget=plan.config.spec.budget,
         )
         tracker.start()
-        for phase in phases:
-            while True:
-                jobs = []
-                done = store.done()
-                for cell in phase:
-                    x = outcomes_prefix(store.records(cell), budget)
-                    # the round ends follow from the outcomes, not from how far a killed round
-                    # got: a resumed run stores what an uninterrupted one does (verify checks it)
-                    target = scheduled_episodes(rule, settings, x)
-                    if target <= x.size:
-                        if cell not in tracker.decisions:
-                            res = rule.decide(x)
-                            tracker.decided(
-                                cell,
-                                decision=res.decision,
-                                episodes=int(res.episodes),
-                                failures=int(res.failures),
-                                upper_bound=float(res.upper),
-                            )
-                        continue
-                    jobs.extend(make_jobs(plan.config.seed, cell, target, done))
-                if not jobs:
-                    break
-                rounds += 1
-                run_jobs(backend, jobs, ctx, store, progress=tracker)
-        store.set_meta("sequential_rounds", store.get_meta("sequential_rounds", 0) + rounds)
+        overshoot = dict(store.get_meta("sequential_overshoot", {}))
+        window = backend.worker_count(ctx) * plan.config.batch_size
+
+        def decided(cell: int, res: StopDecision, extra: int) -> None:
+            tracker.decided(
+                cell,
+                decision=res.decision,
+                episodes=int(res.episodes),
+                failures=int(res.failures),
+                upper_bound=float(res.upper),
+                overshoot=extra,
+            )
+            if str(cell) not in overshoot:  # not decided by an earlier invocation (resume)
+                overshoot[str(cell)] = {"overshoot": extra, "in_flight_bound": window}
+                store.set_meta("sequential_overshoot", overshoot)
+
+        streams = CellStreams(
+            rule,
+            seed=plan.config.seed,
+            budget=plan.config.spec.budget,
+            stage1=plan.stage1_cell,
+            stored=[store.records(c) for c in range(plan.family.size)],
+            batch_size=plan.config.batch_size,
+            window=window,
+            on_decided=decided,
+        )
+        store_records(streams.records(backend, ctx), store, progress=tracker)
         verdict, result = sequential_result(
             plan.config,
             plan.family,
@@ -271,7 +223,6 @@ def cell_decisions(
             decision=cast(Decision, res.decision),
             episodes_used=int(res.episodes),
             failures_used=int(res.failures),
-            episodes_run=len(records),
             lower_bound=float(res.lower),
             upper_bound=float(res.upper),
         )
@@ -344,7 +295,7 @@ def sequential_result(
             cap=config.episodes,
             cells=[decided[c] for c in range(family.size)],
             episodes_used=sum(d.episodes_used for d in decided.values()),
-            episodes_run=sum(d.episodes_run for d in decided.values()),
+            order="episode index",
             episodes_fixed_n=family.size * config.episodes,
             note=NOTE,
         ),

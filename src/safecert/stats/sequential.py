@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import betaln
@@ -42,6 +43,9 @@ from scipy.special import betaln
 from safecert.errors import ConfigError
 from safecert.stats.binomial import cp_lower, cp_upper, validate_delta
 from safecert.stats.planning import validate_p_star
+
+if TYPE_CHECKING:
+    from safecert.stats.betting import BettingRule
 
 PASS, FAIL, INCONCLUSIVE, UNDECIDED = "PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"
 BOUNDARY_METHODS = ("onesided", "looks", "mixture", "curtail")
@@ -404,6 +408,27 @@ def decide(b: Boundaries, outcomes: np.ndarray | list[bool]) -> SequentialDecisi
         return SequentialDecision(UNDECIDED, 0, 0, None, 0.0, 1.0)
     lower, upper = bounds_at(b, j, k)
     return SequentialDecision(verdict, int(b.checks[j]), k, j, lower, upper)
+
+
+def stopping_index(rule: Boundaries | BettingRule, outcomes: np.ndarray) -> int | None:
+    """The episode count at which ``rule`` stops on ``outcomes`` (1 = failure, index order): the
+    first check where a boundary is crossed, or the cap; None while it has not stopped.
+
+    Equal to ``rule.decide(outcomes).episodes`` whenever that decision is not UNDECIDED, without
+    computing the bounds, so a scheduler may call it after every episode."""
+    x = np.asarray(outcomes, dtype=np.int64)
+    if not isinstance(rule, Boundaries):
+        if x.size == 0:
+            return None
+        code, used = rule.stopping(x)
+        return int(used[0]) if code[0] != 0 or x.size >= rule.cap else None
+    cum = np.concatenate([[0], np.cumsum(x)])
+    usable = rule.checks <= x.size
+    ks = cum[rule.checks[usable]]
+    crossed = np.flatnonzero((ks <= rule.pass_max[usable]) | (ks >= rule.fail_min[usable]))
+    if crossed.size:
+        return int(rule.checks[crossed[0]])
+    return rule.cap if x.size >= rule.cap else None
 
 
 def next_check(b: Boundaries, episodes: int) -> int:

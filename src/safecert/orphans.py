@@ -54,6 +54,7 @@ class _Adoption:
 
     scopes = 0
     since_ticks: int | None = None
+    warned = False
     supervisors: set[int] = set()
 
 
@@ -170,7 +171,8 @@ def adopted() -> list[int]:
 def sweep_adopted() -> int:
     """SIGKILL every adopted orphan (:func:`adopted`) and all its descendants, reap them, and look
     again until none is left (their own orphans are adopted here in turn) or
-    :data:`SWEEP_GIVE_UP_S` has passed; the number of processes killed.
+    :data:`SWEEP_GIVE_UP_S` has passed; the number of processes cleared (killed, or reaped
+    zombies).
 
     Stopped processes die too (SIGKILL needs no cooperation). Descendants are killed before the
     orphan's death could hand them on, and any that slip through are re-parented here and found by
@@ -194,6 +196,8 @@ def sweep_adopted() -> int:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, os.WNOHANG)
         time.sleep(0.005)  # the kills take effect; the next round reaps and looks again
-    if killed:
-        _log.warning("killed %d process(es) a vendor left behind its supervisor", len(killed))
+    if killed:  # once as a warning: a vendor that attacks its supervisor does it at every start
+        level = logging.DEBUG if _ADOPTION.warned else logging.WARNING
+        _ADOPTION.warned = True
+        _log.log(level, "cleared %d process(es) a vendor left behind its supervisor", len(killed))
     return len(killed)

@@ -158,7 +158,7 @@ def mutated(draw: Callable, doc: Any, *, allow_null: bool) -> tuple[Any, list[st
             del parent[key]
         elif op == "hostile":
             choices = HOSTILE + ([None] if allow_null else [])
-            parent[key] = draw(st.sampled_from(choices))
+            parent[key] = copy.deepcopy(draw(st.sampled_from(choices)))  # never share HOSTILE's
         elif op == "retype":
             v = parent[key]
             parent[key] = draw(st.sampled_from([str(v), [v], {"value": v}]))

@@ -252,7 +252,7 @@ def document_case(
         table = doc
         for k in path[:-1]:
             table = table.setdefault(k, {})
-        table[path[-1]] = draw(values)
+        table[path[-1]] = copy.deepcopy(draw(values))
         done.append(f"{'.'.join(path)} = {str(table[path[-1]])[:40]!r}")
     if draw(st.integers(0, 3)) == 0:
         doc, what = draw(renamed(doc))

@@ -391,3 +391,19 @@ def test_a_node_vendor_that_crashes_at_start_says_why_in_one_line(tmp_path):
         "policy",
         "Error: Cannot find module 'nonexistent-module-abc'",
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "said"),
+    [
+        ("exec:/dev/zero", "vendor program /dev/zero is not a regular file"),
+        ("onnx:/dev/null", "ONNX model /dev/null is not a regular file"),
+        ("exec:./", "is a folder"),
+        ("torchscript:.", "is a folder"),
+    ],
+)
+def test_a_policy_file_that_is_a_folder_or_a_device_is_not_called_missing(tmp_path, policy, said):
+    path = config(tmp_path)
+    path.write_text(path.read_text().replace("python:door_pol:balance", policy))
+    line = refused(run_cli("certify", path, "--out", tmp_path / "o"), "policy", said)
+    assert "does not exist" not in line

@@ -272,10 +272,17 @@ def _existing_file(name: str, base: Path, *, what: str) -> Path:
     path = Path(name).expanduser()
     path = path if path.is_absolute() else base / path
     if not path.is_file():
+        state = (
+            "is a folder"
+            if path.is_dir()
+            else "is not a regular file (a device, a FIFO or a socket)"
+            if path.exists()
+            else "does not exist"
+        )
         raise ConfigError(
-            f"{what} {path} does not exist",
+            f"{what} {path} {state}",
             field="policy",
-            fix="check the path (relative paths resolve from the config's folder)",
+            fix=f"name the {what}'s file (relative paths resolve from the config's folder)",
         )
     return path.resolve()
 

@@ -407,3 +407,16 @@ def test_a_policy_file_that_is_a_folder_or_a_device_is_not_called_missing(tmp_pa
     path.write_text(path.read_text().replace("python:door_pol:balance", policy))
     line = refused(run_cli("certify", path, "--out", tmp_path / "o"), "policy", said)
     assert "does not exist" not in line
+
+
+@pytest.mark.parametrize(
+    ("headers", "field", "said"),
+    [
+        ('headers = {X-Key = "a\\nb"}', "headers.X-Key", "line break"),
+        ('headers = {"X Key" = "1"}', "headers", "not an HTTP header name"),
+    ],
+)
+def test_http_headers_that_would_break_the_request_are_refused(tmp_path, headers, field, said):
+    path = config(tmp_path, top=headers)
+    path.write_text(path.read_text().replace("python:door_pol:balance", "http://127.0.0.1:9/act"))
+    refused(run_cli("certify", path, "--out", tmp_path / "o"), field, said)

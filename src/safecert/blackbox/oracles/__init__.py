@@ -81,6 +81,8 @@ _MODEL_FILES = {
     "torchscript": "TorchScript module",
 }
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: an HTTP header name: a token of RFC 9110 (section 5.6.2)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,18 @@ def parse_oracle_spec(
         raise ConfigError(f"must be >= 0 (got {retries})", field="retries")
     header_items = tuple((str(k), str(v)) for k, v in (headers or {}).items())
     for name, value in header_items:
-        expand_env(value, field=f"headers.{name}")
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{name!r} is not an HTTP header name",
+                field="headers",
+                fix="use letters, digits and -, e.g. Authorization or X-Api-Key",
+            )
+        if any(c in expand_env(value, field=f"headers.{name}") for c in "\r\n\0"):
+            raise ConfigError(
+                "holds a line break or NUL, which would end the header early",
+                field=f"headers.{name}",
+                fix="give the value on one line",
+            )
     scheme, _, rest = policy.partition(":")
     template = OracleSpec(
         kind="python",

@@ -8,8 +8,9 @@ issue's case), "point" (SafetyPointGoal: three passing at ≈ 0.03, six failing)
 
 For every replication the same 10,000-outcome sequence of each cell is judged by fixed N
 (Clopper–Pearson on all 10,000 at δ/9) and by each sequential rule at δ/9 with cap 10,000,
-scheduled in rounds exactly as ``safecert certify --sequential`` does
-(:func:`safecert.blackbox.sequential.round_target`), so ``run`` counts the round overshoot.
+scheduled as ``safecert certify --sequential`` does with one worker and ``batch_size = 1``: a
+decision on each completed episode, so ``run`` (episodes run) is the decision point (with W workers
+× B, at most W·B more run: benchmarks/sequential_overshoot.py).
 "Fixed N decides" a cell when its upper bound ≤ p* (PASS) or its lower bound > p* (FAIL).
 
 ``--real N`` also certifies real CartPole-v1 episodes on a 3×3 noise grid with fixed N and\nsequentially (cap N) and compares decisions and episodes.\n\nAlso: zero-failure cells (p = 0) at p* = 0.05, 90 %, M = 1 vs the fixed-N optimum of 45.
@@ -29,9 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from safecert.blackbox.sequential import SequentialSettings, round_target
 from safecert.stats import cp_lower, cp_upper, zero_failure_episodes
-from safecert.stats.sequential import FAIL, PASS, UNDECIDED
+from safecert.stats.sequential import FAIL, PASS, stopping_index
 from safecert.stats.sequential_plan import make_rule
 
 GRIDS = {
@@ -50,14 +50,12 @@ def fixed_decision(k: int, n: int, delta: float, p_star: float) -> str:
     return FAIL if cp_lower(k, n, delta).value > p_star else "FAIL (not decided)"
 
 
-def scheduled(rule, settings: SequentialSettings, x: np.ndarray):
-    """Decision and episodes run when rounds follow the certify scheduler."""
-    n = 0
-    while True:
-        res = rule.decide(x[:n])
-        if res.decision != UNDECIDED:
-            return res, n
-        n = round_target(rule, settings, n, int(x[:n].sum()))
+def scheduled(rule, x: np.ndarray):
+    """Decision and episodes run by the certify scheduler (one worker, batch 1): it stops at the
+    decision point."""
+    res = rule.decide(x)
+    assert stopping_index(rule, x) == res.episodes
+    return res, res.episodes
 
 
 def run_grid(
@@ -65,7 +63,6 @@ def run_grid(
 ) -> dict:
     m = len(rates)
     dc = delta / m
-    settings = SequentialSettings()
     rules = {meth: make_rule(meth, p_star, dc, N_FIXED) for meth in METHODS}
     rng = np.random.default_rng([seed, len(name)])
     used = {meth: np.zeros((reps, m)) for meth in METHODS}
@@ -80,7 +77,7 @@ def run_grid(
             fixed = fixed_decision(int(x.sum()), N_FIXED, dc, p_star)
             fixed_decided += fixed in (PASS, FAIL)
             for meth, rule in rules.items():
-                res, n_run = scheduled(rule, settings, x)
+                res, n_run = scheduled(rule, x)
                 used[meth][r, c] = res.episodes
                 run[meth][r, c] = n_run
                 if fixed in (PASS, FAIL):
@@ -116,12 +113,11 @@ def run_grid(
 
 
 def zero_failure(p_star: float = 0.05, delta: float = 0.1) -> dict:
-    settings = SequentialSettings()
     x = np.zeros(N_FIXED, dtype=np.int8)
     res = {"fixed_n_optimum": zero_failure_episodes(p_star, delta)}
     for meth in METHODS:
         rule = make_rule(meth, p_star, delta, N_FIXED)
-        dec, n_run = scheduled(rule, settings, x)
+        dec, n_run = scheduled(rule, x)
         res[meth] = {"used": dec.episodes, "run": n_run, "decision": dec.decision}
     return res
 

@@ -10,6 +10,7 @@ from safecert.blackbox.plan import plan_run
 from safecert.blackbox.sequential import certify_sequential
 from safecert.certificate import content_sha256
 from tests.blackbox.pipeline_helpers import cartpole_run
+from tests.blackbox.streaming_helpers import Watched, check_overshoot, coin_run
 
 pytest.importorskip("ray")
 
@@ -55,6 +56,17 @@ def test_records_identical_to_local(ray_backend, tmp_path):
     assert remote == local
     again = sorted(ray_backend.run(jobs[:5], ctx), key=key)  # actors are reused across calls
     assert again == local[:5]
+
+
+def test_sequential_overshoot_on_ray_is_at_most_the_episodes_in_flight(ray_backend, tmp_path):
+    """Two actors, batch 3, slow episodes: at most 2 × 3 episodes of a cell start past its
+    decision point, and the certificate equals the local one (decided in episode-index order)."""
+    config = coin_run(tmp_path, batch_size=3, slow_p=0.1)
+    watched = Watched(ray_backend)
+    cert = certify_sequential(config, tmp_path / "ray", watched, False, False)
+    check_overshoot(tmp_path / "ray", cert, watched.issued, 2 * 3)
+    local = certify_sequential(config, tmp_path / "local", LocalBackend(1), False, False)
+    assert content_sha256(cert) == content_sha256(local)
 
 
 # full validation; Ray = local is also shown, faster, by test_records_identical_to_local

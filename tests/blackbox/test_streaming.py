@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,95 +19,7 @@ from safecert.blackbox.streaming import CellStreams
 from safecert.certificate import canonical_json, content_sha256
 from safecert.stats.sequential import stopping_index
 from safecert.stats.sequential_plan import make_rule
-
-COIN = '''
-"""One-step episodes that fail (cost 1) with probability p; a fraction slow_p of them is slow."""
-import time
-
-import gymnasium as gym
-import numpy as np
-
-
-class Coin(gym.Env):
-    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float64)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self, p=0.02, slow_p=0.0, slow_s=0.0):
-        self.p, self.slow_p, self.slow_s = p, slow_p, slow_s
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.u = self.np_random.random(2)
-        return np.zeros(1), {}
-
-    def step(self, action):
-        if self.u[1] < self.slow_p:
-            time.sleep(self.slow_s)
-        return np.zeros(1), 0.0, False, True, {"cost": float(self.u[0] < self.p)}
-
-
-def policy(obs):
-    return np.zeros(len(obs), dtype=np.int64)
-'''
-
-
-def coin_run(folder: Path, *, batch_size: int, p: float = 0.02, slow_p: float = 0.0) -> Path:
-    """A config of two cells (nominal and obs noise) of Bernoulli(p) failures, cap 400."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "coin.py").write_text(COIN)
-    path = folder / "run.toml"
-    path.write_text(
-        textwrap.dedent(f"""
-        policy = "python:coin:policy"
-        env = "python:coin:Coin"
-        env_kwargs = {{ p = {p}, slow_p = {slow_p}, slow_s = 0.05 }}
-        trust = "in-process"
-        episodes = 400
-        seed = 7
-        max_steps = 1
-        batch_size = {batch_size}
-        [spec]
-        budget = 0.5
-        p_star = 0.05
-        confidence = 0.9
-        cost = "info:cost"
-        [envelope]
-        obs_noise = {{ kind = "gaussian", levels = [0.0, 0.1] }}
-        """)
-    )
-    return path
-
-
-class Watched:
-    """A real LocalBackend whose job source is watched: every job it hands out is noted."""
-
-    def __init__(self, workers: int) -> None:
-        self.local = LocalBackend(workers)
-        self.issued: list[tuple[int, int]] = []
-
-    def worker_count(self, ctx):
-        return self.local.worker_count(ctx)
-
-    def stream(self, source, ctx):
-        watched = self
-
-        class Noting:
-            per_worker = source.per_worker
-
-            def take(self):
-                jobs = source.take()
-                watched.issued.extend((j.cell, j.index) for j in jobs)
-                return jobs
-
-        try:
-            yield from self.local.stream(Noting(), ctx)
-        finally:
-            self.local.close()
-
-
-def _overshoot_meta(out: Path) -> dict:
-    with EpisodeStore(out / "episodes.sqlite", create=False) as store:
-        return store.get_meta("sequential_overshoot")
+from tests.blackbox.streaming_helpers import Watched, check_overshoot, coin_run
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -119,20 +29,15 @@ def test_overshoot_is_at_most_the_episodes_in_flight(tmp_path, workers):
     episodes before it; the run statistic says how many ran past it."""
     batch = 3
     config = coin_run(tmp_path, batch_size=batch, slow_p=0.1)
-    backend = Watched(workers)
-    cert = certify_sequential(config, tmp_path / "out", backend, False, False)
-    meta = _overshoot_meta(tmp_path / "out")
-    with EpisodeStore(tmp_path / "out" / "episodes.sqlite", create=False) as store:
+    with LocalBackend(workers) as local:
+        backend = Watched(local)
+        cert = certify_sequential(config, tmp_path / "out", backend, False, False)
+    check_overshoot(tmp_path / "out", cert, backend.issued, workers * batch)
+    if workers == 1:  # in-process: the chunk each decision fell in ran whole
         for d in cert.result.sequential.cells:
-            assert d.decision in ("PASS", "FAIL", "INCONCLUSIVE")
             tau = d.episodes_used
-            assert [r.index for r in store.records(d.cell)] == list(range(tau))
             past = [i for c, i in backend.issued if c == d.cell and i >= tau]
-            assert len(past) <= workers * batch
-            assert meta[str(d.cell)] == {"overshoot": len(past), "in_flight_bound": workers * batch}
-            if workers == 1:  # in-process: the chunk the decision fell in ran whole
-                assert len(past) == min(-tau % batch, 400 - tau)
-    assert len(backend.issued) == len(set(backend.issued))  # nothing handed out twice
+            assert len(past) == min(-tau % batch, 400 - tau)
 
 
 def test_same_certificate_whatever_the_workers_and_batch(tmp_path):

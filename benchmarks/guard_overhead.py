@@ -8,9 +8,12 @@ forwarded and executed); sessions of that length are repeated until ``--calls`` 
 (φ reads the whole history, so its cost grows with the session: 100 calls is far above the
 example's T = 6). Each MCP timing is one ``call_tool("lookup_invoice")`` round trip from a real
 ``mcp.ClientSession``; φ and the action map run under their deadline as in production. Session
-start-up (processes, handshake) is not timed.
+start-up (processes, handshake) is not timed. ``--action-map rules`` serves the example's rules file
+(``actions.toml``, the same answers as ``phi:action``), which is evaluated without a deadline
+hand-off; ``python`` (the default) its Python action map.
 
-    .venv/bin/python benchmarks/guard_overhead.py [--calls 2000] [--per-session 100] [--json]
+    .venv/bin/python benchmarks/guard_overhead.py [--calls 2000] [--per-session 100]
+        [--action-map python|rules] [--json]
 
 Writes ``benchmarks/out/guard_overhead.json``; figures go to ``benchmarks/RESULTS_guard.md``.
 """
@@ -48,7 +51,7 @@ def _prepare(work: Path, calls: int) -> None:
     """The example in ``work`` with a certificate for horizon ``calls`` + warm-up (BOUND)."""
     from safecert.shield.certify import certify_shield
 
-    for name in ("tools_server.py", "phi.py"):
+    for name in ("tools_server.py", "phi.py", "actions.toml"):
         shutil.copy(PAYMENTS / name, work / name)
     text = (
         (PAYMENTS / "model.toml").read_text().replace("horizon = 6", f"horizon = {calls + WARMUP}")
@@ -77,17 +80,19 @@ async def _mcp_timings(command: list[str], cwd: Path, calls: int) -> list[int]:
     return out
 
 
-def _inprocess_timings(work: Path, calls: int) -> tuple[list[int], list[int]]:
+def _inprocess_timings(work: Path, calls: int, rules: bool) -> tuple[list[int], list[int]]:
     if str(work) not in sys.path:
         sys.path.insert(0, str(work))
     import phi
     import tools_server
 
+    from safecert.shield.action_rules import load_action_rules
     from safecert.shield.adapters import guarded
 
     bare, guard = [], []
+    action = load_action_rules(work / "actions.toml") if rules else phi.action
     g = guarded([tools_server.lookup_invoice], work / "cert" / "certificate.json", phi.phi,
-                action_map=phi.action)  # fmt: skip
+                action_map=action)  # fmt: skip
     for _ in range(WARMUP):
         g.lookup_invoice(invoice="INV-001")
     for _ in range(calls):
@@ -104,8 +109,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--per-session", type=int, default=100)
+    ap.add_argument("--action-map", choices=["python", "rules"], default="python")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    rules = args.action_map == "rules"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         per = args.per_session
@@ -117,7 +124,7 @@ def main() -> None:
             sys.executable, "-c", "import sys; from safecert.cli.main import main; sys.exit(main())",
             "shield", "serve", "--certificate", "cert/certificate.json",
             "--upstream", "python tools_server.py", "--abstraction", "phi:phi",
-            "--action-map", "phi:action",
+            "--action-map", "actions.toml" if rules else "phi:action",
         ]  # fmt: skip
         gateway: list[int] = []
         for k in range(sessions):
@@ -127,11 +134,13 @@ def main() -> None:
         print("in process (guarded) …", file=sys.stderr, flush=True)
         bare, guard = [], []
         for _ in range(sessions):
-            b, g = _inprocess_timings(work, per)
+            b, g = _inprocess_timings(work, per, rules)
             bare, guard = bare + b, guard + g
     res = {
         "calls": per * sessions,
         "per_session": per,
+        "action_map": args.action_map,
+        "load_average": os.getloadavg(),
         "direct_upstream_stdio": _stats(direct),
         "gateway_stdio": _stats(gateway),
         "python_bare": _stats(bare),

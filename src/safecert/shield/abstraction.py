@@ -35,6 +35,21 @@ def decode_result(value: Any) -> Any:
     return value
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data (dicts, lists, tuples, strings, numbers, booleans, None) —
+    what a guard session keeps of a call's arguments and result — made without
+    :func:`copy.deepcopy`'s generic machinery; anything else goes through it."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if type(value) is dict:
+        return {k: json_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [json_copy(v) for v in value]
+    if type(value) is tuple:
+        return tuple(json_copy(v) for v in value)
+    return copy.deepcopy(value)
+
+
 def why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -77,7 +92,7 @@ class Abstraction:
             return self._action_here(tool, arguments)
         try:
             value = await acall_with_deadline(
-                self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
+                self.action_map, (tool, json_copy(arguments)), self.timeout_s
             )
         except Exception as exc:
             raise AbstractionFailed(f"action map failed ({why(exc)})") from None
@@ -97,7 +112,7 @@ class Abstraction:
             return self._action_here(tool, arguments)
         try:
             value = call_with_deadline(
-                self.action_map, (tool, copy.deepcopy(arguments)), self.timeout_s
+                self.action_map, (tool, json_copy(arguments)), self.timeout_s
             )
         except Exception as exc:
             raise AbstractionFailed(f"action map failed ({why(exc)})") from None

@@ -85,16 +85,19 @@ def trace_decision(d: Decision, session_id: str, steps: int) -> None:
     tracer = _TRACER[0]
     if tracer is None:
         return
-    attributes = {
-        "safecert.session": session_id,
-        "safecert.tool": d.tool,
-        "safecert.allowed": d.allowed,
-        "safecert.ends_session": d.ends_session,
-        "safecert.executed_calls": steps,
-    }
-    for key, value in (("state", d.state), ("action", d.action), ("reason", d.reason)):
-        if value is not None:
-            attributes[f"safecert.{key}"] = value
-    # started and ended at once, never made current: a decision has no children, and attaching a
-    # context would cost every call (the API's no-op default included)
-    tracer.start_span("safecert.shield.decision", attributes=attributes).end()
+    span = tracer.start_span("safecert.shield.decision")
+    if span.is_recording():  # the API's no-op default is not: no attributes built for it
+        attributes = {
+            "safecert.session": session_id,
+            "safecert.tool": d.tool,
+            "safecert.allowed": d.allowed,
+            "safecert.ends_session": d.ends_session,
+            "safecert.executed_calls": steps,
+        }
+        for key, value in (("state", d.state), ("action", d.action), ("reason", d.reason)):
+            if value is not None:
+                attributes[f"safecert.{key}"] = value
+        span.set_attributes(attributes)
+    # ended at once, never made current: a decision has no children, and attaching a context
+    # would cost every call
+    span.end()

@@ -29,15 +29,21 @@ them as read-only); ``φ`` returns a state label or a dict of predicate values, 
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
-from safecert.shield.abstraction import Abstraction, AbstractionFailed, decode_result, why
+from safecert.shield.abstraction import (
+    Abstraction,
+    AbstractionFailed,
+    decode_result,
+    json_copy,
+    why,
+)
 from safecert.shield.audit import (
     BLOCKED_PREFIX,
     ON_BLOCK,
@@ -71,6 +77,11 @@ class GuardSession:
     _state: int | None = None
     _ended: str | None = None
     _refusals: int = 0
+    _permitted: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    halt: str = field(init=False)  # the model's halt action (always permitted, never executed)
+
+    def __post_init__(self) -> None:
+        self.halt = self.shield.halt
 
     @property
     def steps(self) -> int:
@@ -81,10 +92,6 @@ class GuardSession:
     def ended(self) -> str | None:
         """Why the session ended, or ``None`` while it runs."""
         return self._ended
-
-    @property
-    def halt(self) -> str:
-        return self.shield.halt
 
     def call(
         self,
@@ -190,8 +197,7 @@ class GuardSession:
         ends the session here (it is never executed by a tool); a tool that does not exist
         (``available=False``) is blocked. ``s0`` and ``action``, when given, are φ([]) and the
         action map's answer already computed (or how they failed); else they are computed here."""
-        decision = self._decide(tool, arguments, available, s0, action)
-        decision = replace(decision, arguments=copy.deepcopy(arguments))
+        decision = self._decide(tool, json_copy(arguments), available, s0, action)
         if not decision.allowed and not decision.ends_session and self._ended is None:
             self._refusals += 1
             if self.on_block == "halt" or self._refusals >= MAX_REFUSALS:
@@ -221,7 +227,7 @@ class GuardSession:
         return {
             "tool": decision.tool,
             "arguments": decision.arguments,  # a deep copy taken at decision time
-            "result": copy.deepcopy(result),
+            "result": json_copy(result),
             "action": decision.action,
         }
 
@@ -270,31 +276,35 @@ class GuardSession:
         action_known: str | AbstractionFailed | None = None,
     ) -> Decision:
         model = self.shield.model
+        D = partial(Decision, arguments=arguments)  # noqa: N806 (a Decision of this call)
         if self._ended is not None:
-            return Decision(False, tool, None, self._label(), (), f"session ended ({self._ended})")
+            return D(False, tool, None, self._label(), (), f"session ended ({self._ended})")
         if tool == self.halt:
-            return Decision(True, tool, self.halt, self._label(), (), "halt", ends_session=True)
+            return D(True, tool, self.halt, self._label(), (), "halt", ends_session=True)
         if self._state is None:
             try:
                 s0 = _known(s0_known) if s0_known is not None else self.abstraction.state([])
             except AbstractionFailed as exc:
-                return Decision(False, tool, None, None, (self.halt,), str(exc))
+                return D(False, tool, None, None, (self.halt,), str(exc))
             if s0 != model.initial:
                 reason = (
                     f"the session starts in {model.labels[s0]}, not the certified initial state "
                     f"{model.labels[model.initial]}"
                 )
-                return Decision(
+                return D(
                     False, tool, None, model.labels[s0], (self.halt,), reason, ends_session=True
                 )
             self._state = s0
         state = model.labels[self._state]
-        permitted = tuple(sorted(permitted_actions(self.shield.table, state, self.halt)))
+        permitted = self._permitted.get(self._state)
+        if permitted is None:  # D(state), computed once per state of this session
+            permitted = tuple(sorted(permitted_actions(self.shield.table, state, self.halt)))
+            self._permitted[self._state] = permitted
         if self.steps >= self.shield.horizon:
             reason = f"the certified horizon T = {self.shield.horizon} executed calls is reached"
-            return Decision(False, tool, None, state, (self.halt,), reason)
+            return D(False, tool, None, state, (self.halt,), reason)
         if not available:
-            return Decision(False, tool, None, state, permitted, f"no tool named {tool!r}")
+            return D(False, tool, None, state, permitted, f"no tool named {tool!r}")
         try:
             action = (
                 _known(action_known)
@@ -302,13 +312,13 @@ class GuardSession:
                 else self.abstraction.action(tool, arguments)
             )
         except AbstractionFailed as exc:
-            return Decision(False, tool, None, state, permitted, str(exc))
+            return D(False, tool, None, state, permitted, str(exc))
         if action == self.halt:
-            return Decision(True, tool, action, state, (), "halt", ends_session=True)
+            return D(True, tool, action, state, (), "halt", ends_session=True)
         if action not in permitted:
             reason = f"{action!r} (tool {tool!r}) is forbidden in state {state}"
-            return Decision(False, tool, action, state, permitted, reason)
-        return Decision(True, tool, action, state, permitted)
+            return D(False, tool, action, state, permitted, reason)
+        return D(True, tool, action, state, permitted)
 
     def _label(self) -> str | None:
         return None if self._state is None else self.shield.model.labels[self._state]

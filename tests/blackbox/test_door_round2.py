@@ -9,6 +9,7 @@ numpy warning — or, for stores, that reading never changes the evidence file.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import textwrap
 from pathlib import Path
@@ -420,3 +421,76 @@ def test_http_headers_that_would_break_the_request_are_refused(tmp_path, headers
     path = config(tmp_path, top=headers)
     path.write_text(path.read_text().replace("python:door_pol:balance", "http://127.0.0.1:9/act"))
     refused(run_cli("certify", path, "--out", tmp_path / "o"), field, said)
+
+
+FLOATS = st.sampled_from([0.0, 1.0, -1.0, 1e300, -1e300, 1e308, -1e308, 1.7e308, -1.7e308]) | (
+    st.floats(allow_nan=False, allow_infinity=False)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(FLOATS, FLOATS), min_size=1, max_size=4), kpi=st.tuples(FLOATS, FLOATS)
+)
+def test_any_declared_range_is_refused_in_one_line_or_has_a_finite_span(pairs, kpi):
+    """A generator of declared ranges (obs_ranges, act_ranges, kpis.return) around the float
+    limits: each config is either refused with a ConfigError naming its field, or every span
+    it declares is finite and positive."""
+    import warnings
+
+    from safecert.blackbox.config import RunConfig
+    from safecert.config import parse_model
+    from safecert.errors import ConfigError
+
+    data = {
+        "policy": "python:m:f",
+        "env": "CartPole-v1",
+        "episodes": 1,
+        "kpis": {"return": {"lower": kpi[0], "upper": kpi[1]}},
+        "envelope": {
+            "obs_ranges": [list(p) for p in pairs],
+            "act_ranges": [list(p) for p in pairs],
+        },
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            cfg = parse_model(RunConfig, data)
+        except ConfigError as exc:
+            assert "\n" not in str(exc)
+            assert str(exc).startswith(("envelope", "kpis.return")), str(exc)
+            return
+    spans = [hi - lo for lo, hi in cfg.envelope.obs_ranges + cfg.envelope.act_ranges]
+    spans.append(cfg.kpis.return_.upper - cfg.kpis.return_.lower)
+    assert all(np.isfinite(s) and s > 0 for s in spans)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    duplicate=st.booleans(),
+)
+def test_grid_size_is_the_number_of_cells_the_grid_builds(counts, duplicate):
+    """grid_size (computed before any cell is built) against an independent route: building the
+    grid and counting its cells; duplicated levels count once in both."""
+    from safecert.blackbox.config import MAX_CELLS, Envelope, grid_size
+    from safecert.blackbox.grid import grid_cells
+    from safecert.errors import ConfigError
+
+    names = ["obs_noise", "act_noise", "delay", "mass", "friction", "random_dynamics"]
+    data: dict = {}
+    for name, n in zip(names, counts, strict=False):
+        levels = list(range(n)) if name == "delay" else [i / 20 for i in range(n)]
+        if name in ("mass", "friction"):
+            levels = [1.0 + i / 10 for i in range(n)]
+        levels = levels + levels[:1] * duplicate
+        if name in ("mass", "friction"):
+            data.setdefault("dynamics", {})[name] = levels
+        else:
+            data[name] = {"levels": levels}
+    if math.prod(counts[: len(names)]) > MAX_CELLS:
+        with pytest.raises(ConfigError, match=f"{math.prod(counts):,} cells"):
+            Envelope.model_validate(data)
+        return
+    envelope = Envelope.model_validate(data)
+    assert grid_size(envelope) == len(grid_cells(envelope))

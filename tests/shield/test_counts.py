@@ -162,3 +162,27 @@ def test_cli_count_then_certify_from_counts(tmp_path):
     assert committed.code == 2 and "--anytime" in committed.stderr
     assert not (tmp_path / "y" / "certificate.json").exists()
     shutil.rmtree(tmp_path / "cert")
+
+
+def test_tables_that_are_not_count_tables_are_one_line_errors(tmp_path):
+    model = load_model(GRID / "grid.toml")
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"state": ["r0c0"], "action": ["up"], "next_state": ["r0c0"],
+                             "count": [1]}), plain)  # fmt: skip
+    with pytest.raises(DataError, match="no safecert.counts header"):
+        read_counts(plain, model)
+    garbled = tmp_path / "garbled.parquet"
+    pq.write_table(
+        pa.table({"state": ["r0c0"]}).replace_schema_metadata({b"safecert.counts": b"{oops"}),
+        garbled,
+    )
+    with pytest.raises(DataError, match="garbled"):
+        read_counts(garbled, model)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"episode": "e", "t": 0, "state": "nowhere", "action": "up",
+                               "next_state": "r0c0"}) + "\n")  # fmt: skip
+    res = run_cli("shield", "count", "--model", GRID / "grid.toml", bad, "--out",
+                  tmp_path / "c.parquet")  # fmt: skip
+    assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "bad.jsonl" in res.stderr and "nowhere" in res.stderr
+    assert not (tmp_path / "c.parquet").exists()

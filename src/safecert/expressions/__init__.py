@@ -40,22 +40,37 @@ boolean arrays (the shield model's unsafe and goal sets).
 from __future__ import annotations
 
 import difflib
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from safecert.errors import ConfigError
+from safecert.expressions.runtime import (
+    ARITH,
+    COMPARE,
+    FUNCTIONS,
+    Compiled,
+    EvalError,
+    Scope,
+    as_number,
+    binary,
+    bool_op,
+    chain,
+    fold,
+    get_step,
+    int_or_none,
+    shorter,
+    subscript,
+    truth,
+)
 
 MAX_CHARS = 10_000
 MAX_DEPTH = 64  # a few Python frames per level: far below the recursion limit
 
 Dialect = Literal["full", "labels"]
-Scope = Mapping[str, Any]
-Compiled = Callable[[Scope], Any]
 
 _FULL_TOKEN = re.compile(
     r"\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\"[^\"]*\"|'[^']*'|\*\*|<=|>=|==|!=|&&|\|\|"
@@ -63,77 +78,6 @@ _FULL_TOKEN = re.compile(
 )
 _LABEL_TOKEN = re.compile(r"\s*(\(|\)|&&|\|\||[&|!~]|[A-Za-z_][A-Za-z0-9_.:\-]*)")
 _OR, _AND, _NOT = ("or", "||", "|"), ("and", "&&", "&"), ("not", "!", "~")
-_COMPARE = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
-
-
-def _safe_div(a: Any, b: Any) -> Any:
-    if np.ndim(b) == 0 and b == 0:
-        raise EvalError("division by zero")
-    return a / b
-
-
-def _safe_mod(a: Any, b: Any) -> Any:
-    if np.ndim(b) == 0 and b == 0:
-        raise EvalError("modulo by zero")
-    return a % b
-
-
-_ARITH: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "/": _safe_div,
-    "%": _safe_mod,
-}
-
-
-def _reduce(fn: Callable[..., Any], elementwise: Callable[..., Any]) -> Callable[..., Any]:
-    """``min(x)`` reduces an array; ``min(a, b, …)`` is elementwise."""
-
-    def call(*args: Any) -> Any:
-        if len(args) == 1:
-            return fn(np.asarray(args[0], dtype=float))
-        out = args[0]
-        for arg in args[1:]:
-            out = elementwise(out, arg)
-        return out
-
-    return call
-
-
-#: name → (function, allowed argument counts)
-FUNCTIONS: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
-    "abs": (np.abs, (1,)),
-    "min": (_reduce(np.min, np.minimum), (1, 2, 3, 4, 5, 6, 7, 8)),
-    "max": (_reduce(np.max, np.maximum), (1, 2, 3, 4, 5, 6, 7, 8)),
-    "sqrt": (np.sqrt, (1,)),
-    "exp": (np.exp, (1,)),
-    "log": (np.log, (1,)),
-    "sin": (np.sin, (1,)),
-    "cos": (np.cos, (1,)),
-    "tanh": (np.tanh, (1,)),
-    "clip": (np.clip, (3,)),
-    "norm": (lambda x: np.linalg.norm(np.asarray(x, dtype=float)), (1,)),
-    "sum": (lambda x: np.sum(np.asarray(x, dtype=float)), (1,)),
-    "any": (lambda x: bool(np.any(x)), (1,)),
-    "all": (lambda x: bool(np.all(x)), (1,)),
-}
-
-
-class EvalError(Exception):
-    """An expression could not be evaluated on this scope (a missing key, an index outside an
-    array, a division by zero); ``reason`` is one line naming what is missing and what exists."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = " ".join(str(reason).split())
-        super().__init__(self.reason)
 
 
 @dataclass(frozen=True)
@@ -160,7 +104,7 @@ class Expression:
         except EvalError:
             raise
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
-            raise EvalError(f"{_shorter(repr(self.text))}: {exc}") from None
+            raise EvalError(f"{shorter(repr(self.text))}: {exc}") from None
 
 
 def parse(
@@ -190,17 +134,10 @@ def eval_labels(text: str, names: dict[str, np.ndarray], field: str) -> np.ndarr
     return np.array(np.broadcast_to(np.asarray(value, dtype=bool), shape))
 
 
-def _truth(value: Any) -> Any:
-    """Python truth for scalars; elementwise truth for arrays with dimensions (the shield)."""
-    if isinstance(value, np.ndarray) and value.ndim > 0:
-        return value.astype(bool)
-    return bool(value)
-
-
 class _Parser:
     def __init__(self, text: str, field: str, names: frozenset[str], dialect: Dialect) -> None:
         self.text, self.field, self.names, self.dialect = text, field, names, dialect
-        self.shown = _shorter(repr(text))  # how messages quote the text (long ones cut)
+        self.shown = shorter(repr(text))  # how messages quote the text (long ones cut)
         self.toks = self._tokens()
         self.pos = 0
         self.depth = 0
@@ -264,14 +201,14 @@ class _Parser:
         while self.peek() in _OR:
             self.take()
             parts.append(self.p_and())
-        return parts[0] if len(parts) == 1 else _bool_op(parts, is_and=False)
+        return parts[0] if len(parts) == 1 else bool_op(parts, is_and=False)
 
     def p_and(self) -> Compiled:
         parts = [self.p_not()]
         while self.peek() in _AND:
             self.take()
             parts.append(self.p_not())
-        return parts[0] if len(parts) == 1 else _bool_op(parts, is_and=True)
+        return parts[0] if len(parts) == 1 else bool_op(parts, is_and=True)
 
     def p_not(self) -> Compiled:
         if self.peek() in _NOT:
@@ -279,7 +216,7 @@ class _Parser:
             inner = self.nested(self.p_not)
 
             def negate(scope: Scope) -> Any:
-                value = _truth(inner(scope))
+                value = truth(inner(scope))
                 return ~value if isinstance(value, np.ndarray) else not value
 
             return negate
@@ -288,8 +225,8 @@ class _Parser:
     def p_compare(self) -> Compiled:
         first = self.p_sum()
         ops: list[tuple[Callable[[Any, Any], Any], Compiled]] = []
-        while self.peek() in _COMPARE:
-            ops.append((_COMPARE[self.take()], self.p_sum()))
+        while self.peek() in COMPARE:
+            ops.append((COMPARE[self.take()], self.p_sum()))
         if not ops:
             return first
 
@@ -315,15 +252,13 @@ class _Parser:
         while self.peek() in table:
             fn = table[self.take()]
             rest.append((fn, sub()))
-        return first if not rest else _fold(first, rest)
+        return first if not rest else fold(first, rest)
 
     def p_sum(self) -> Compiled:
-        return self._binary_chain(self.p_product, {"+": _ARITH["+"], "-": _ARITH["-"]})
+        return self._binary_chain(self.p_product, {"+": ARITH["+"], "-": ARITH["-"]})
 
     def p_product(self) -> Compiled:
-        return self._binary_chain(
-            self.p_unary, {"*": _ARITH["*"], "/": _ARITH["/"], "%": _ARITH["%"]}
-        )
+        return self._binary_chain(self.p_unary, {"*": ARITH["*"], "/": ARITH["/"], "%": ARITH["%"]})
 
     def p_unary(self) -> Compiled:
         if self.peek() == "-":
@@ -337,7 +272,7 @@ class _Parser:
         if self.peek() == "**":
             self.take()
             exponent = self.nested(self.p_unary)
-            return _binary(lambda a, b: np.power(np.asarray(a, dtype=float), b), base, exponent)
+            return binary(lambda a, b: np.power(np.asarray(a, dtype=float), b), base, exponent)
         return base
 
     def p_postfix(self) -> Compiled:
@@ -353,11 +288,11 @@ class _Parser:
                 literal = self.toks[start] if self.pos - start == 2 else None
                 if literal is not None and not steps and hasattr(run, "label"):
                     if run.label in self.names:
-                        value = literal[1:-1] if literal[0] in "\"'" else _int_or_none(literal)
+                        value = literal[1:-1] if literal[0] in "\"'" else int_or_none(literal)
                         if value is not None:
                             self.subscripts.add((run.label, value))
-                steps.append(_subscript(index, label))
-                label = _shorter(f"{label}[…]")
+                steps.append(subscript(index, label))
+                label = shorter(f"{label}[…]")
             else:
                 method = self.take()
                 if method != "get":
@@ -375,9 +310,9 @@ class _Parser:
                 self.take()
                 default = self.nested(self.p_or)
                 self.expect(")")
-                steps.append(_get(key, default))
-                label = _shorter(f"{label}.get(…)")
-        return run if not steps else _chain(run, steps)
+                steps.append(get_step(key, default))
+                label = shorter(f"{label}.get(…)")
+        return run if not steps else chain(run, steps)
 
     def _describe(self, run: Compiled) -> str:
         return getattr(run, "label", "value")
@@ -440,100 +375,13 @@ class _Parser:
         return lambda scope: fn(*(a(scope) for a in args))
 
 
-def _shorter(label: str, limit: int = 60) -> str:
-    """A message's name for a value: long chains keep their start (bounded, not quadratic)."""
-    return label if len(label) <= limit else label[: limit - 1] + "…"
-
-
-def _int_or_none(token: str) -> int | None:
-    try:
-        return int(token)
-    except ValueError:
-        return None
-
-
-def _bool_op(parts: list[Compiled], *, is_and: bool) -> Compiled:
-    def run(scope: Scope) -> Any:
-        value = _truth(parts[0](scope))
-        for part in parts[1:]:
-            if not isinstance(value, np.ndarray) and value != is_and:
-                return value  # short-circuit, as Python does
-            other = _truth(part(scope))
-            if isinstance(value, np.ndarray) or isinstance(other, np.ndarray):
-                value = np.logical_and(value, other) if is_and else np.logical_or(value, other)
-            else:
-                value = other
-        return value
-
-    return run
-
-
-def _binary(fn: Callable[[Any, Any], Any], left: Compiled, right: Compiled) -> Compiled:
-    return lambda scope: fn(left(scope), right(scope))
-
-
-def _fold(first: Compiled, rest: list[tuple[Callable[[Any, Any], Any], Compiled]]) -> Compiled:
-    def run(scope: Scope) -> Any:
-        value = first(scope)
-        for fn, operand in rest:
-            value = fn(value, operand(scope))
-        return value
-
-    return run
-
-
-def _chain(owner: Compiled, steps: list[Callable[[Any, Scope], Any]]) -> Compiled:
-    def run(scope: Scope) -> Any:
-        value = owner(scope)
-        for step in steps:
-            value = step(value, scope)
-        return value
-
-    return run
-
-
-def _subscript(index: Compiled, label: str) -> Callable[[Any, Scope], Any]:
-    """``obj[index]``: a mapping's key (missing: EvalError naming the keys present) or an array's
-    whole-number index (outside: EvalError naming the shape)."""
-
-    def step(obj: Any, scope: Scope) -> Any:
-        key = index(scope)
-        if type(obj) is dict or isinstance(obj, Mapping):
-            if key not in obj:
-                present = ", ".join(sorted(map(str, obj))[:20]) or "none"
-                raise EvalError(f"{label} has no key {key!r} (keys present: {present})")
-            return obj[key]
-        if isinstance(key, str):
-            raise EvalError(f"{label} is not a mapping: cannot index it with {key!r}")
-        arr = np.asarray(obj)
-        if not isinstance(key, int | float | np.integer | np.floating) or float(key) != int(key):
-            raise EvalError(f"{label}[{key!r}]: an index must be a whole number")
-        i = int(key)
-        if arr.ndim == 0 or not -arr.shape[0] <= i < arr.shape[0]:
-            raise EvalError(f"{label}[{i}] is out of range ({label} has shape {arr.shape})")
-        return arr[i]
-
-    return step
-
-
-def _get(key: Compiled, default: Compiled) -> Callable[[Any, Scope], Any]:
-    def step(obj: Any, scope: Scope) -> Any:
-        if not isinstance(obj, Mapping):
-            raise EvalError(f"get() needs a mapping, got {type(obj).__name__}")
-        k = key(scope)
-        return obj[k] if k in obj else default(scope)
-
-    return step
-
-
-def as_number(value: Any, what: str) -> float:
-    """A finite float from a scalar expression value (booleans count 1/0); EvalError otherwise."""
-    if type(value) is float and math.isfinite(value):  # the common case, without numpy
-        return value
-    arr = np.asarray(value)
-    if arr.ndim != 0 or arr.dtype.kind not in "biuf":
-        raise EvalError(f"{what} must be one number, got {arr.tolist()!r}")
-    number = float(arr)
-    if not math.isfinite(number):
-        raise EvalError(f"{what} is not finite ({number})")
-    return number
+__all__ = [
+    "FUNCTIONS",
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "EvalError",
+    "Expression",
+    "as_number",
+    "eval_labels",
+    "parse",
+]

@@ -11,6 +11,10 @@ The command then runs in this process (``safecert.cli.main.main``), in a fresh f
 inputs, with a wall-clock limit (``SIGALRM``). :func:`check` states the contract: exit 0, 1 or 2;
 no exception escapes (a traceback); exit 2 prints exactly one line; nothing outside the output
 folder is created, changed or removed; the limit is not reached (an absurd value must be refused).
+
+Issue 27's hostile classes (chains, TOML bombs, special files, …) have their own generators in
+:mod:`tests.fuzz.hostile`, run in a child process under a 4 GB address-space limit with a deadline
+per case by :mod:`tests.fuzz.worker`, which judges each case with :func:`check` below.
 """
 
 from __future__ import annotations

@@ -1,11 +1,22 @@
-"""Start-up of the command: wall time of `safecert bound` and of `safecert certify` (1 worker) at
-each of ``--episodes``, each beside a baseline run the same way from the same process (the bare
-interpreter; a hand-written Gymnasium loop script on the same task, policy, seeds and episode
-count), median of ``--repeat`` runs, with the load average. Baseline and command alternate, so
-load changes hit both.
+"""Whole processes: `safecert --help`, `safecert bound` and `safecert certify` (1 worker) against
+baselines run the same way in the same run — the bare interpreter, and a hand-written Gymnasium
+loop script on the same task, policy, seeds and episode count.
 
-    .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300 --tasks point,cheetah
-    .venv/bin/python benchmarks/cli_startup.py --episodes 300 --tasks cheetah --batch 1,8
+Each repeat runs the baseline and then the command (alternating, so load changes hit both) and
+records both wall time and CPU time (user + system of the child, from ``getrusage``: less
+sensitive to other jobs on a shared machine). Reported per row: the medians, and the ratio
+command / baseline of each repeat pair as median [min–max]. Bytecode is compiled once before
+timing (a warm-up run of each command with bytecode writing allowed), as an installed package has
+it. Tasks:
+
+- ``cartpole``: SafeCartPole-v0, NumPy policy ``cartpole_policies:balance`` (≈ 20 µs a step);
+- ``point``: SafePointGoal-v0, scripted ``point_policies:hazard_avoider``;
+- ``cheetah``: MuJoCo SafeHalfCheetahVelocity-v0, ONNX policy (≈ 40 µs a step).
+
+``--trust`` applies to the ``python:`` policies (cartpole, point): ``isolated`` (the default of a
+run config: the policy in a worker process) and/or ``in-process``.
+
+    .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300 --tasks cartpole,cheetah
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,25 +35,26 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SAFECERT = [sys.executable, "-m", "safecert.cli.main"]
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
-HAND = """
+HAND_PYTHON = """
 import sys
 sys.path.insert(0, {examples!r})
 import numpy as np
 import gymnasium as gym
 import safecert.envs  # registers the built-in tasks
-from vendors.point_policies import hazard_avoider
+from vendors.{module} import {function} as policy
 from safecert.blackbox.jobs import episode_seed
-env = gym.make("SafePointGoal-v0", layout_seed=0)
+env = gym.make({env!r}{make_kwargs})
 for i in range(int(sys.argv[1])):
     obs, _ = env.reset(seed=episode_seed(0, 0, i))
-    for t in range(200):
-        obs, r, term, trunc, info = env.step(hazard_avoider(np.asarray(obs)[None])[0])
+    for t in range({steps}):
+        obs, r, term, trunc, info = env.step(policy(np.asarray(obs)[None])[0])
         if term or trunc:
             break
 """
 
-HAND_CHEETAH = """
+HAND_ONNX = """
 import sys
 import numpy as np
 import gymnasium as gym
@@ -63,99 +76,142 @@ for i in range(int(sys.argv[1])):
             break
 """
 
-CONFIG_CHEETAH = """
-policy = "onnx:{model}"
-env = "SafeHalfCheetahVelocity-v0"
+CONFIG = """
+policy = "{policy}"
+env = "{env}"
+{kwargs_line}
 episodes = {episodes}
 seed = 0
-max_steps = 250
+max_steps = {steps}
 batch_size = {batch}
 workers = 1
+{trust_line}
 [spec]
-budget = 5.0
-goal = "no_termination"
+budget = 1000.0
+goal = "{goal}"
 cost = "info:cost"
 """
 
-CONFIG = """
-policy = "python:vendors.point_policies:hazard_avoider"
-env = "SafePointGoal-v0"
-env_kwargs = {{ layout_seed = 0 }}
-episodes = {episodes}
-seed = 0
-max_steps = 200
-batch_size = {batch}
-workers = 1
-[spec]
-budget = 1000.0
-goal = "steps >= 0"
-"""
+TASKS = {
+    "cartpole": {
+        "module": "cartpole_policies",
+        "function": "balance",
+        "env": "SafeCartPole-v0",
+        "kwargs": {},
+        "steps": 500,
+        "goal": "no_termination",
+    },
+    "point": {
+        "module": "point_policies",
+        "function": "hazard_avoider",
+        "env": "SafePointGoal-v0",
+        "kwargs": {"layout_seed": 0},
+        "steps": 200,
+        "goal": "steps >= 0",
+    },
+    "cheetah": {"env": "SafeHalfCheetahVelocity-v0", "kwargs": {}, "steps": 250},
+}
 
 
-def wall(cmd: list[str], repeat: int, cwd: Path | None = None, fresh: Path | None = None) -> float:
-    times = []
+def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the child and its children) of one run of ``cmd``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True, env=ENV)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def paired(base: list[str], cmd: list[str], repeat: int, cwd: Path, fresh: Path | None) -> dict:
+    """Alternate ``base`` and ``cmd`` ``repeat`` times; medians and per-pair ratios."""
+    rows: list[tuple[float, float, float, float]] = []
     for _ in range(repeat):
-        if fresh is not None:
+        b = timed(base, cwd)
+        if fresh is not None:  # a new run each time, not a resumed one
             subprocess.run(["rm", "-rf", str(fresh)], check=True)
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True)
-        times.append(time.perf_counter() - start)
-        if done.returncode not in (0, 1):
-            raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
-    return statistics.median(times)
+        c = timed(cmd, cwd)
+        rows.append((*b, *c))
+
+    def summary(values: list[float]) -> list[float]:
+        return [round(statistics.median(values), 4), round(min(values), 4), round(max(values), 4)]
+
+    return {
+        "baseline_wall_s": summary([r[0] for r in rows]),
+        "command_wall_s": summary([r[2] for r in rows]),
+        "wall_ratio": summary([r[2] / r[0] for r in rows]),
+        "wall_over_baseline_s": summary([r[2] - r[0] for r in rows]),
+        "baseline_cpu_s": summary([r[1] for r in rows]),
+        "command_cpu_s": summary([r[3] for r in rows]),
+        "cpu_ratio": summary([r[3] / r[1] for r in rows]),
+        "cpu_over_baseline_s": summary([r[3] - r[1] for r in rows]),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--episodes", default="1,300", help="comma-separated episode counts")
-    parser.add_argument(
-        "--tasks",
-        default="point,cheetah",
-        help="point (SafePointGoal, scripted "
-        "policy, ~0.1 ms steps) and/or cheetah (MuJoCo HalfCheetah, ONNX policy)",
-    )
-    parser.add_argument(
-        "--batch",
-        default="1",
-        help="comma-separated batch_size values for certify (env copies in lockstep, one policy "
-        "call per step for all of them); the hand loop always calls the policy once per step",
-    )
+    parser.add_argument("--tasks", default="cartpole,cheetah", help="cartpole, point, cheetah")
+    parser.add_argument("--trust", default="isolated,in-process", help="for python: policies")
+    parser.add_argument("--batch", default="1", help="comma-separated batch_size values")
+    parser.add_argument("--skip-startup", action="store_true", help="no --help / bound rows")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="startup_"))
     subprocess.run(["cp", "-r", str(REPO / "examples" / "vendors"), str(tmp)], check=True)
-    (tmp / "hand.py").write_text(HAND.format(examples=str(tmp)))
-    bound = SAFECERT + ["bound", "--failures", "81", "--episodes", "10000", "--family-size", "9"]
-    result: dict[str, object] = {
-        "load_average_1min": os.getloadavg()[0],
-        "interpreter_s": wall([sys.executable, "-c", "pass"], args.repeat),
-        "bound_s": wall(bound, args.repeat),
-    }
     model = str(REPO / "examples" / "vendors" / "cheetah_safe.onnx")
-    (tmp / "hand_cheetah.py").write_text(HAND_CHEETAH.format(model=model))
-    tasks = {
-        "point": ("hand.py", CONFIG),
-        "cheetah": ("hand_cheetah.py", CONFIG_CHEETAH),
-    }
+    print("header: median [min, max]; ratios are per repeat pair", file=sys.stderr)
+    result: dict[str, object] = {"load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count()}
+    interpreter = [sys.executable, "-c", "pass"]
+    bound = SAFECERT + ["bound", "--failures", "81", "--episodes", "10000", "--family-size", "9"]
+    if not args.skip_startup:
+        for name, cmd in (("help", SAFECERT + ["--help"]), ("bound", bound)):
+            timed(cmd, tmp)  # warm-up: compiles the bytecode
+            result[name] = paired(interpreter, cmd, args.repeat, tmp, None)
+            print(name, json.dumps(result[name]), file=sys.stderr, flush=True)
     for task in args.tasks.split(","):
-        script, config = tasks[task]
+        spec = TASKS[task]
+        hand = tmp / f"hand_{task}.py"
+        if task == "cheetah":
+            hand.write_text(HAND_ONNX.format(model=model))
+            policies = [(f"onnx:{model}", "", "onnx")]
+        else:
+            kwargs = "".join(f", {k}={v!r}" for k, v in spec["kwargs"].items())
+            text = HAND_PYTHON.format(examples=str(tmp), make_kwargs=kwargs, **spec)
+            hand.write_text(text)
+            policy = f"python:vendors.{spec['module']}:{spec['function']}"
+            policies = [(policy, f'trust = "{t}"', t) for t in args.trust.split(",")]
+        goal = spec.get("goal", "no_termination")
+        kwargs_line = (
+            "env_kwargs = { " + ", ".join(f"{k} = {v}" for k, v in spec["kwargs"].items()) + " }"
+            if spec["kwargs"]
+            else ""
+        )
         for n in [int(v) for v in args.episodes.split(",")]:
-            for batch in [int(v) for v in args.batch.split(",")]:
-                name = f"{task}{n}b{batch}.toml"
-                text = config.format(episodes=n, model=model, batch=batch)
-                (tmp / name).write_text(textwrap.dedent(text))
-                hand, cert = [], []
-                for _ in range(args.repeat):  # alternate, so load changes hit both sides
-                    hand.append(wall([sys.executable, str(tmp / script), str(n)], 1))
+            for policy, trust_line, trust in policies:
+                for batch in [int(v) for v in args.batch.split(",")]:
+                    name = f"{task}_{trust}_{n}_b{batch}.toml"
+                    text = CONFIG.format(
+                        policy=policy,
+                        env=spec["env"],
+                        kwargs_line=kwargs_line,
+                        episodes=n,
+                        steps=spec["steps"],
+                        batch=batch,
+                        trust_line=trust_line,
+                        goal=goal,
+                    )
+                    (tmp / name).write_text(textwrap.dedent(text))
                     cmd = SAFECERT + ["certify", name, "--out", "out", "--workers", "1"]
-                    cert.append(wall(cmd, 1, tmp, tmp / "out"))
-                h, c = statistics.median(hand), statistics.median(cert)
-                result[f"{task}_episodes_{n}_batch_{batch}"] = {
-                    "hand_loop_s": h,
-                    "certify_s": c,
-                    "fixed_over_hand_s": c - h,
-                    "ratio": c / h,
-                }
+                    subprocess.run(["rm", "-rf", str(tmp / "out")], check=True)
+                    timed(cmd, tmp)  # warm-up: compiles the bytecode
+                    key = f"{task}_{trust}_episodes_{n}_batch_{batch}"
+                    base = [sys.executable, str(hand), str(n)]
+                    result[key] = paired(base, cmd, args.repeat, tmp, tmp / "out")
+                    print(key, json.dumps(result[key]), file=sys.stderr, flush=True)
     result["load_average_1min_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=1))
 

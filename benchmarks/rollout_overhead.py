@@ -1,9 +1,12 @@
 """Per-step cost of certify's rollout loop: ``run_lockstep`` with the real oracle (reply checks,
 action-space check, spec cost) beside a hand-written Gymnasium loop on the same task, policy and
 seeds, in this one process — no start-up, no store, no report. Best (minimum) of ``--repeat``
-interleaved runs, so load changes hit both sides.
+interleaved runs, so load changes hit both sides. ``--trust`` sets how a ``python:`` policy runs
+(``in-process``, or ``isolated``: in a policy worker process, one pipe round trip per call, with
+the rollout and the worker on one CPU as certify's own worker runs them).
 
     .venv/bin/python benchmarks/rollout_overhead.py --episodes 60 --repeat 7 --batch 1,8
+    .venv/bin/python benchmarks/rollout_overhead.py --tasks cartpole --trust in-process,isolated
 """
 
 from __future__ import annotations
@@ -24,11 +27,19 @@ from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
 from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
 from safecert.blackbox.rollout import make_base_env, run_lockstep
+from safecert.isolation import colocated
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "examples" / "vendors" / "cheetah_safe.onnx"
 
 TASKS = {
+    "cartpole": {
+        "policy": "python:vendors.cartpole_policies:balance",
+        "env": "SafeCartPole-v0",
+        "env_kwargs": {},
+        "max_steps": 500,
+        "spec": {"budget": 1000.0, "goal": "no_termination", "cost": "info:cost"},
+    },
     "point": {
         "policy": "python:vendors.point_policies:hazard_avoider",
         "env": "SafePointGoal-v0",
@@ -48,11 +59,13 @@ TASKS = {
 
 def hand_policy(task: str) -> Callable[[np.ndarray], np.ndarray]:
     """What a person would call: the bare function, or the bare ONNX session on float32."""
-    if task == "point":
+    if task in ("point", "cartpole"):
         sys.path.insert(0, str(REPO / "examples"))
+        from vendors.cartpole_policies import balance
         from vendors.point_policies import hazard_avoider
 
-        return lambda obs: hazard_avoider(np.asarray(obs)[None])[0]
+        fn = hazard_avoider if task == "point" else balance
+        return lambda obs: fn(np.asarray(obs)[None])[0]
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -77,16 +90,22 @@ def hand_loop(task: str, episodes: int, act: Callable[[np.ndarray], np.ndarray])
     return steps
 
 
-def certify_loop(task: str, episodes: int, batch: int) -> int:
+def certify_loop(task: str, episodes: int, batch: int, trust: str) -> tuple[int, float]:
+    """(steps, seconds of the rollout alone) of certify's loop on ``episodes`` episodes."""
     spec = TASKS[task]
     config = RunConfig.model_validate(
         {**spec, "episodes": episodes, "seed": 0, "workers": 1, "batch_size": batch}
     )
-    oracle = make_oracle(parse_oracle_spec(config.policy, base_dir=REPO / "examples"))
+    oracle_spec = parse_oracle_spec(config.policy, base_dir=REPO / "examples", trust=trust)
+    oracle = make_oracle(oracle_spec)
     envs = [make_base_env(config, REPO) for _ in range(batch)]
     jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
     try:
-        return sum(r.steps for r in run_lockstep(envs, jobs, oracle.act, config))
+        oracle.probe()  # a worker's start-up is not per-step work
+        with colocated():
+            start = time.perf_counter()
+            steps = sum(r.steps for r in run_lockstep(envs, jobs, oracle.act, config))
+            return steps, time.perf_counter() - start
     finally:
         oracle.close()
 
@@ -95,31 +114,31 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--tasks", default="point,cheetah")
+    parser.add_argument("--tasks", default="cartpole,point,cheetah")
     parser.add_argument("--batch", default="1,8", help="comma-separated batch_size values")
+    parser.add_argument("--trust", default="in-process", help="in-process and/or isolated")
     args = parser.parse_args()
-    batches = [int(b) for b in args.batch.split(",")]
+    variants = [(trust, int(b)) for trust in args.trust.split(",") for b in args.batch.split(",")]
     result: dict[str, object] = {"load_average_1min": os.getloadavg()[0]}
     for task in args.tasks.split(","):
         act = hand_policy(task)
         hand: list[float] = []
-        mine: dict[int, list[float]] = {b: [] for b in batches}
-        steps = {}
+        mine: dict[tuple[str, int], list[float]] = {v: [] for v in variants}
+        steps: dict[object, int] = {}
         for _ in range(args.repeat):
             start = time.perf_counter()
             steps["hand"] = hand_loop(task, args.episodes, act)
             hand.append(time.perf_counter() - start)
-            for b in batches:
-                start = time.perf_counter()
-                steps[b] = certify_loop(task, args.episodes, b)
-                mine[b].append(time.perf_counter() - start)
+            for trust, b in variants:
+                steps[trust, b], seconds = certify_loop(task, args.episodes, b, trust)
+                mine[trust, b].append(seconds)
         if len(set(steps.values())) != 1:
             raise SystemExit(f"{task}: the loops ran different episodes: {steps}")
         h = min(hand)
         row: dict[str, object] = {"steps": steps["hand"], "hand_s": h}
-        for b in batches:
-            m = min(mine[b])
-            row[f"batch_{b}"] = {
+        for trust, b in variants:
+            m = min(mine[trust, b])
+            row[f"{trust}_batch_{b}"] = {
                 "certify_loop_s": m,
                 "ratio": m / h,
                 "extra_us_per_step": (m - h) / steps["hand"] * 1e6,

@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+from numpy._core._ufunc_config import (  # type: ignore[attr-defined]  # numpy 2 internals
+    _extobj_contextvar,
+    _make_extobj,
+)
 
 from safecert.expressions import EvalError, Expression, as_number, parse
 

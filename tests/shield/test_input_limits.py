@@ -10,14 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from safecert.shield.layout import MAX_LAYOUT_SIDE, check_cell_format
 from safecert.shield.logs import MAX_T
-from safecert.shield.model import (
-    MAX_HORIZON,
-    MAX_LAYOUT_SIDE,
-    MAX_PER_ROW,
-    MAX_STATES,
-    check_cell_format,
-)
+from safecert.shield.model import MAX_HORIZON, MAX_PER_ROW, MAX_STATES
 from tests.blackbox.pipeline_helpers import cli_here  # noqa: F401 - the fixture
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "shield"

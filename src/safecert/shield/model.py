@@ -26,19 +26,18 @@ Expressions use ``and or not`` (or ``& | ! ~``), parentheses, ``true``/``false``
 from __future__ import annotations
 
 import math
-import re
-import string
 from collections.abc import Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError, DataError, SafecertError
 from safecert.expressions import eval_labels as eval_expression
+from safecert.shield.layout import LayoutSpec
 
 MAX_PREDICATES = 16
 #: label mode: as many states as predicate mode allows
@@ -49,8 +48,6 @@ MAX_HORIZON = 10_000
 MAX_VI_WORK = 1_000_000_000
 #: n0 per row: more visits than any log holds
 MAX_PER_ROW = 1_000_000_000
-#: the PNG map draws one square per cell; larger grids are left without a map
-MAX_LAYOUT_SIDE = 200
 SINK_LABEL = "⊥"
 
 # ----------------------------------------------------------------------------- TOML schema
@@ -72,48 +69,6 @@ class BudgetSpec(BaseModel):
         if self.fraction_of_even_share is not None and self.episodes is None:
             raise ValueError("fraction_of_even_share needs episodes (the planned M)")
         return self
-
-
-class LayoutSpec(BaseModel):
-    """Optional grid layout for the PNG map: label ``cell_format.format(row=r, col=c)``; at most
-    :data:`MAX_LAYOUT_SIDE` rows and columns (one drawn square per cell)."""
-
-    model_config = ConfigDict(extra="forbid")
-    rows: int = Field(ge=1, le=MAX_LAYOUT_SIDE, strict=True)
-    cols: int = Field(ge=1, le=MAX_LAYOUT_SIDE, strict=True)
-    cell_format: str = "r{row}c{col}"
-    moves: dict[str, tuple[int, int]] = Field(default_factory=dict)
-
-    @field_validator("cell_format")
-    @classmethod
-    def _format(cls, value: str) -> str:
-        check_cell_format(value)
-        return value
-
-
-#: ``{row}``/``{col}`` with an optional zero-padded width below 100 and an optional ``d``
-_CELL_SPEC = re.compile(r"0?[0-9]{0,2}d?")
-MAX_CELL_FORMAT = 200
-
-
-def check_cell_format(value: str) -> None:
-    """Refuse a ``cell_format`` that is more than literal text and ``{row}``/``{col}`` fields
-    (widths below 100, e.g. ``{row:02d}``): no attribute or index access, no positional
-    fields, no nested specs, so filling it can neither fail nor build a huge string."""
-    fix = 'use only the placeholders {row} and {col}, e.g. "r{row}c{col}" or "r{row:02d}c{col}"'
-    if len(value) > MAX_CELL_FORMAT:
-        raise ValueError(f"is {len(value)} characters, more than {MAX_CELL_FORMAT}; {fix}")
-    try:
-        fields = list(string.Formatter().parse(value))
-    except ValueError as exc:
-        raise ValueError(f"{value!r} is not a format string ({exc}); {fix}") from None
-    for _, name, spec, conversion in fields:
-        if name is None:
-            continue
-        if name not in ("row", "col") or conversion or not _CELL_SPEC.fullmatch(spec or ""):
-            shown = "{" + name + (f"!{conversion}" if conversion else "")
-            shown += (f":{spec}" if spec else "") + "}"
-            raise ValueError(f"{value!r} has the field {shown!r}; {fix}")
 
 
 class ModelSpec(BaseModel):

@@ -1,9 +1,12 @@
 """A language model as a tool-using controller, over any OpenAI-compatible chat-completions API.
 
-Two uses. :class:`LLMAgent` drives the bundled sandbox (the paper's Experiment 3) through
-:func:`safecert.shield.guard.run_episode`; :func:`run_chat` drives *any* guarded tools
-(:func:`safecert.shield.adapters.guarded`) with the tool schemas you give the client — the sandbox
-is one example of the same loop, not a special case.
+:func:`run_chat` drives *any* guarded tools (:func:`safecert.shield.adapters.guarded`: the
+executing guard, check and execution one atomic step per session) with the tool schemas you give
+the client. :func:`run_sandbox_chat` is the bundled sandbox (the paper's Experiment 3) through that
+same loop and guard, behind a certified shield of the sandbox model — one example of the loop, not
+a special case. :class:`LLMAgent` is the same client as a controller of
+:func:`safecert.shield.guard.run_episode` (the check-only guard of the paper's tables, whose
+policies ``restrict``/``halt``/``ask_again`` the Table III/IV benchmarks compare).
 
 The model sees the task and the full transcript (tool replies), never the predicates, and answers
 with one function call per turn (``tools`` / ``tool_calls`` of the chat-completions API). The
@@ -24,13 +27,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from safecert.errors import ConfigError, OracleError
-from safecert.shield.sandbox import Sandbox, ToolCall
+from safecert.shield.audit import OnBlock
+from safecert.shield.sandbox import TOOLS, Sandbox, ToolCall
+
+if TYPE_CHECKING:
+    from safecert.shield.certified import CertifiedShield
+    from safecert.shield.session import GuardSession
 
 ENV_BASE, ENV_MODEL, ENV_KEY = "SAFECERT_LLM_BASE_URL", "SAFECERT_LLM_MODEL", "SAFECERT_LLM_API_KEY"
 
@@ -244,3 +254,51 @@ def run_chat(
             content = f"error: {type(exc).__name__}: {exc}"
         messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
     return messages
+
+
+def sandbox_tools(sandbox: Sandbox) -> dict[str, Callable[..., str]]:
+    """The sandbox's tools as plain callables for :func:`safecert.shield.adapters.guarded` (halt
+    excluded: the guard session answers it). Each executes one call in ``sandbox`` and returns its
+    reply; a refused or failed call's reply begins ``error:``, as :class:`LLMAgent` reports it."""
+
+    def tool(name: str) -> Callable[..., str]:
+        def run(**arguments: Any) -> str:
+            entry = sandbox.execute(ToolCall(name, arguments))
+            return entry.output if entry.ok else f"error: {entry.output}"
+
+        run.__name__ = name
+        return run
+
+    return {name: tool(name) for name in TOOLS if name != "halt"}
+
+
+def run_sandbox_chat(
+    client: ChatClient,
+    sandbox: Sandbox,
+    shield: CertifiedShield | Path | str,
+    *,
+    injection: str | None = None,
+    on_block: OnBlock = "ask_again",
+    max_turns: int = 20,
+    steps_log: Path | str | None = None,
+) -> tuple[list[dict[str, Any]], GuardSession]:
+    """The sandbox task for a chat model behind the executing guard: ``sandbox`` is reset (with
+    ``injection`` planted in the ticket when given), its tools are wrapped by ``guarded`` under the
+    certified sandbox shield ``shield`` (a certificate of the sandbox model, e.g. ``safecert shield
+    synthesize --model examples/sandbox/model.toml``) with φ = the sandbox's own state label, and
+    :func:`run_chat` drives them. Every executed call was permitted in the state it executed in,
+    the session starts in s0 and lasts at most T executed calls (Thm. 1's admissible controller);
+    a blocked call is never executed and the model reads ``blocked by shield …`` as the tool's
+    reply. Returns the conversation and the guard session (its history, ``steps``, ``ended``)."""
+    from safecert.shield.adapters import guarded
+
+    sandbox.reset(injection=injection)
+    tools = guarded(
+        sandbox_tools(sandbox), shield, lambda history: sandbox.state(),
+        on_block=on_block, steps_log=steps_log,
+    )  # fmt: skip
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "Start. The ticket is in ticket.txt."},
+    ]
+    return run_chat(client, tools, messages, max_turns=max_turns), tools.session

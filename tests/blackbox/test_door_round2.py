@@ -282,6 +282,21 @@ def test_a_store_with_tables_but_no_episode_is_not_rejudged(finished, tmp_path):
     )
 
 
+@pytest.mark.parametrize("edit", ["DELETE FROM episodes WHERE idx = 1", "DELETE FROM episodes"])
+def test_rejudge_of_an_incomplete_store_is_one_line_not_a_value_error(finished, tmp_path, edit):
+    import sqlite3
+
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    with sqlite3.connect(run / "episodes.sqlite") as db:
+        db.execute(edit)
+    db.close()
+    refused(
+        run_cli("rejudge", run, "--budget", "1", "--p-star", "0.2"),
+        "episodes.sqlite",
+        "missing" if "idx" in edit else "holds no episode",
+    )
+
+
 def test_a_failed_pre_run_check_does_not_block_the_corrected_rerun(tmp_path):
     out = tmp_path / "o"
     path = config(tmp_path, cost="obs[9]")

@@ -72,6 +72,7 @@ def rejudge(
     }
     config = parse_model(RunConfig, params, prefix="parameters")
     res = cert.result
+    family = Family.of(config.envelope, config.spec.confidence)
     with EpisodeStore(run_dir / "episodes.sqlite", create=False) as store:
         if store.count() == 0:
             raise DataError(
@@ -79,9 +80,10 @@ def rejudge(
                 field="episodes.sqlite",
                 fix="pass the folder of a finished safecert certify run, or rerun safecert certify",
             )
+        _check_complete(store, family.size, config.episodes)
         verdict, result = blackbox_result(
             config,
-            Family.of(config.envelope, config.spec.confidence),
+            family,
             store.records(),
             cost_range=None if res.cost_range is None else (res.cost_range[0], res.cost_range[1]),
             return_range=None
@@ -105,3 +107,20 @@ def rejudge(
         assert isinstance(new, BlackboxCertificate)
         write_certificate(new, out_dir / "certificate.json", sign_key=sign_key)
     return new, out_dir
+
+
+def _check_complete(store: EpisodeStore, cells: int, episodes: int) -> None:
+    """The store holds exactly episodes ``0 … episodes-1`` of cells ``0 … cells-1`` (the run the
+    certificate states); else one :class:`DataError` line with the counts and a first example."""
+    held = store.done()
+    expected = {(c, i) for c in range(cells) for i in range(episodes)}
+    missing, extra = sorted(expected - held), sorted(held - expected)
+    if missing or extra:
+        first = missing[0] if missing else extra[0]
+        raise DataError(
+            f"{store.path} holds {len(held)} episodes, not the {len(expected)} of the run "
+            f"({cells} cells x {episodes}): {len(missing)} missing, {len(extra)} extra, e.g. "
+            f"cell {first[0]} episode {first[1]}",
+            field="episodes.sqlite",
+            fix="resume the run (safecert certify CONFIG --out DIR --resume) and re-judge it",
+        )

@@ -3,7 +3,9 @@
 A second *process* exchanges a folder of the sandbox tree with a real folder outside the root
 (``renameat2(RENAME_EXCHANGE)``, no link anywhere) as fast as it can, while the sandbox performs
 one kind of operation on a file in that folder: ``read``, ``send`` (attachment), ``write``,
-``delete``, ``chmod`` (swapping ``production/data``) or ``reset``. An escape is any operation
+``delete``, ``chmod`` (swapping ``production/data``) or ``reset``. A second series exchanges
+the *file* instead (``d/f.txt``, for chmod ``production/config.yaml``, with the outside folder's
+file): it races the check-then-remove of ``delete`` and ``reset``. An escape is any operation
 after which the outside folder differs — content, mode or presence of its file, its own mode, its
 list of names (checked after every operation through descriptors held on the outside objects,
 and once more by a path walk after the attacker stopped) — or whose reply or outbox message
@@ -38,6 +40,7 @@ from safecert.shield.sandbox import Sandbox, SandboxConfig, ToolCall
 
 SECRET = "TOP-SECRET-OUTSIDE-THE-ROOT"
 OPS = ("read", "send", "write", "delete", "chmod", "reset")
+SWAPS = ("folder", "file")
 QUIET = SandboxConfig(confirm_prob=0.0, misfire_prob=0.0, horizon=10**9)
 RESULTS = Path(__file__).with_name("RESULTS_sandbox_race.md")
 BEFORE = (
@@ -49,7 +52,8 @@ BEFORE = (
 )
 
 # The attacker: exchange two real folders back and forth; on SIGTERM finish on an even count
-# (the outside folder back at its path) and write the count of exchanges done.
+# (the outside folder back at its path; a bounded number of tries, as the inside one may be gone)
+# and write the count of exchanges done.
 SWAPPER = """
 import ctypes, os, signal, sys
 a, b, count = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3]
@@ -61,7 +65,9 @@ def on_term(*_):
     stop = True
 signal.signal(signal.SIGTERM, on_term)
 open(count + ".ready", "w").close()
-while not stop or n % 2:
+tries_after_stop = 0
+while not stop or (n % 2 and tries_after_stop < 10**6):
+    tries_after_stop += stop
     if libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0:
         n += 1
 with open(count, "w") as fh:
@@ -74,6 +80,7 @@ class RaceResult:
     """One operation kind against the swap race."""
 
     op: str
+    swap: str  # what the attacker exchanges with the outside: the folder, or the file in it
     ops: int  # operations performed during the race
     succeeded: int  # of which the sandbox carried out (the rest were refused)
     escapes: int  # operations that touched or leaked the outside folder
@@ -127,13 +134,13 @@ class _Watch:
 
 
 def _baseline_lands_outside(root: Path, parts: tuple[str, ...], outside_ino: int) -> bool:
-    """One walk of the old jail (``O_NOFOLLOW | O_DIRECTORY`` per component, no identity check):
-    does it reach the outside folder?"""
+    """One walk of the old jail (``O_NOFOLLOW`` per component, no identity check): does it reach
+    the outside folder (or, for a file swap, the outside file)?"""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in parts:
             try:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                nxt = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
             except OSError:
                 return False
             os.close(fd)
@@ -161,10 +168,16 @@ def _one(sb: Sandbox, op: str) -> tuple[bool, str]:
     return entry.ok, entry.output
 
 
-def race(op: str, n_ops: int, workdir: Path, *, baseline_walks: int = 2_000) -> RaceResult:
-    """Run ``n_ops`` operations of kind ``op`` under the swap race in ``workdir`` (empty)."""
-    if op not in OPS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+def race(
+    op: str, n_ops: int, workdir: Path, *, swap: str = "folder", baseline_walks: int = 2_000
+) -> RaceResult:
+    """Run ``n_ops`` operations of kind ``op`` under the swap race in ``workdir`` (empty).
+
+    ``swap="folder"`` exchanges the folder ``workspace/d`` (``production/data`` for chmod) with
+    the outside folder; ``swap="file"`` exchanges the file in it (``d/f.txt``; for chmod
+    ``production/config.yaml``) with the outside folder's file."""
+    if op not in OPS or swap not in SWAPS:
+        raise ValueError(f"op must be one of {OPS} and swap one of {SWAPS}, got {op!r}, {swap!r}")
     outside, root = workdir / "outside", workdir / "root"
     outside.mkdir(mode=0o700)
     (outside / "f.txt").write_text(SECRET)
@@ -175,10 +188,14 @@ def race(op: str, n_ops: int, workdir: Path, *, baseline_walks: int = 2_000) -> 
     watch = _Watch(outside)
     sb = Sandbox(np.random.default_rng(0), root=root, config=QUIET)
     parts = ("production", "data") if op == "chmod" else ("workspace", "d")
+    target = outside
+    if swap == "file":
+        parts = ("production", "config.yaml") if op == "chmod" else (*parts, "f.txt")
+        target = outside / "f.txt"
     if op != "chmod":
         sb.execute(ToolCall("write", {"path": "d/f.txt", "content": "inside"}))
     count = workdir / "swaps"
-    argv = [sys.executable, "-c", SWAPPER, str(root.joinpath(*parts)), str(outside), str(count)]
+    argv = [sys.executable, "-c", SWAPPER, str(root.joinpath(*parts)), str(target), str(count)]
     attacker = subprocess.Popen(argv)
     escapes = succeeded = hits = walks = 0
     t0 = time.perf_counter()
@@ -195,7 +212,7 @@ def race(op: str, n_ops: int, workdir: Path, *, baseline_walks: int = 2_000) -> 
         seconds = time.perf_counter() - t0
         if op in ("delete", "reset"):  # the folder may be gone: give the attacker its folder back
             sb.execute(ToolCall("write", {"path": "d/f.txt", "content": "inside"}))
-        ino = os.fstat(watch.dir).st_ino
+        ino = os.fstat(watch.file if swap == "file" else watch.dir).st_ino
         while walks < baseline_walks or (hits == 0 and walks < 50 * baseline_walks):
             hits += _baseline_lands_outside(root, parts, ino)
             walks += 1
@@ -207,6 +224,7 @@ def race(op: str, n_ops: int, workdir: Path, *, baseline_walks: int = 2_000) -> 
     watch.close()
     return RaceResult(
         op=op,
+        swap=swap,
         ops=n_ops,
         succeeded=succeeded,
         escapes=escapes,
@@ -225,19 +243,21 @@ def _markdown(rows: list[RaceResult], n_ops: int) -> str:
         f"`python benchmarks/sandbox_race.py --ops {n_ops}`; openat2 in use: {has_openat2()}; "
         f"kernel {os.uname().release}. A second process exchanges `workspace/d` (for chmod: "
         "`production/data`) with a real folder outside the root (`renameat2(RENAME_EXCHANGE)`) "
-        "while the sandbox operates on `d/f.txt`. Escape = the outside folder changed (content, "
+        "while the sandbox operates on `d/f.txt`; `file` rows exchange `d/f.txt` (for chmod: "
+        "`production/config.yaml`) with the outside folder's file instead. "
+        "Escape = the outside folder changed (content, "
         "modes, names, checked after every operation by held descriptors and at the end by path) "
         "or its secret reached a reply or the outbox. Baseline: the pre-issue-27 walk "
         "(`O_NOFOLLOW` per component, no identity check) in the same process, same attacker.",
         "",
-        "| operation | operations | carried out | refused | escapes | attacker swaps | "
+        "| operation | exchanged | operations | carried out | refused | escapes | attacker swaps | "
         "outside unchanged | seconds | baseline walks | baseline escapes | baseline escape rate |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         rate = r.baseline_escapes / r.baseline_walks if r.baseline_walks else 0.0
         lines.append(
-            f"| {r.op} | {r.ops:,} | {r.succeeded:,} | {r.ops - r.succeeded:,} | **{r.escapes}** | "
+            f"| {r.op} | {r.swap} | {r.ops:,} | {r.succeeded:,} | {r.ops - r.succeeded:,} | **{r.escapes}** | "
             f"{r.swaps:,} | {'yes' if r.fingerprint_unchanged else '**NO**'} | {r.seconds} | "
             f"{r.baseline_walks:,} | {r.baseline_escapes:,} | {rate:.1%} |"
         )
@@ -248,12 +268,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=10_000, help="operations of each kind")
     ap.add_argument("--only", choices=OPS, action="append", help="run these kinds only")
+    ap.add_argument("--swap", choices=SWAPS, action="append", help="exchange these only")
     ap.add_argument("--json", action="store_true", help="JSON on stdout, RESULTS file untouched")
     args = ap.parse_args()
     rows = []
-    for op in args.only or OPS:
-        with tempfile.TemporaryDirectory(prefix="sandbox-race-") as tmp:
-            rows.append(race(op, args.ops, Path(tmp)))
+    for swap in args.swap or SWAPS:
+        for op in args.only or OPS:
+            with tempfile.TemporaryDirectory(prefix="sandbox-race-") as tmp:
+                rows.append(race(op, args.ops, Path(tmp), swap=swap))
         print(rows[-1], file=sys.stderr)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))

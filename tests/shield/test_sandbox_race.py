@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.sandbox_race import OPS, race
+from benchmarks.sandbox_race import OPS, SWAPS, race
 from safecert.shield import descriptors
 
-N_OPS = 250
+N_OPS = 200
 
 
+@pytest.mark.parametrize("swap", SWAPS)
 @pytest.mark.parametrize("op", OPS)
-def test_real_folder_swap_never_escapes(tmp_path, op):
-    r = race(op, N_OPS, tmp_path, baseline_walks=300)
+def test_real_folder_swap_never_escapes(tmp_path, op, swap):
+    """``swap="file"`` exchanges the file itself: it races delete's and reset's check-then-remove."""
+    r = race(op, N_OPS, tmp_path, swap=swap, baseline_walks=300)
     assert r.swaps > 0 and r.baseline_escapes > 0  # the attack ran and is a real one
     assert r.escapes == 0 and r.fingerprint_unchanged, r
     if op in ("chmod", "reset"):

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from safecert.errors import DataError
-from safecert.shield.descriptors import Ident, PathRefused, ident, kind, open_beneath
+from safecert.shield.descriptors import (
+    Ident,
+    PathRefused,
+    ident,
+    kind,
+    open_beneath,
+    remove_checked,
+)
 from safecert.shield.jailwalk import Adopt, rmdir_if, walk
 
 __all__ = ["MAX_NAME_BYTES", "MAX_PATH_CHARS", "Jail", "PathRefused", "confine"]
@@ -242,8 +249,10 @@ class Jail:
             why = self._not_ours(st)
             if why is not None:
                 raise PathRefused(f"{'/'.join(parts)} is {why}")
-            os.unlink(parts[-1], dir_fd=d)
-            self._owned.discard(ident(st))
+            gone = remove_checked(d, parts[-1], lambda now: self._not_ours(now) is None)
+            if gone is None:
+                raise PathRefused(f"{'/'.join(parts)} changed while being deleted; nothing removed")
+            self._owned.discard(ident(gone))
 
     def listdir(self, parts: tuple[str, ...]) -> list[str]:
         with self.folder(parts) as d:
@@ -370,22 +379,26 @@ class _Prune:
         os.fchmod(fd, 0o755)  # removing entries needs a writable folder (unless we are root)
 
     def entry(self, fd: int, name: str, parts: tuple[str, ...], st: os.stat_result) -> None:
-        m, owned = st.st_mode, self.jail.owns(st)
-        if stat.S_ISDIR(m):
-            return  # a foreign folder: never entered, never removed
-        if stat.S_ISREG(m) and st.st_nlink == 1:
-            if not owned or parts in self.keep:
-                return  # a foreign file keeps its data; a kept file stays
-        try:
-            os.unlink(name, dir_fd=fd)  # in an owned folder's descriptor
-        except OSError:
+        if not self._removable(st, parts):
             return
-        if owned:
-            self.jail._owned.discard(ident(st))
+        gone = remove_checked(fd, name, lambda now: self._removable(now, parts))
+        if gone is not None:
+            self.jail._owned.discard(ident(gone))
+
+    def _removable(self, st: os.stat_result, parts: tuple[str, ...]) -> bool:
+        """A name to remove: not a folder (those go in :meth:`after`); a single-link file only
+        if it is owned and not kept (a foreign one keeps its data); links and special files."""
+        if stat.S_ISDIR(st.st_mode):
+            return False
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return self.jail.owns(st) and parts not in self.keep
+        return True
 
     def leave(self, fd: int, parts: tuple[str, ...]) -> None:
         pass
 
     def after(self, parent: int, name: str, parts: tuple[str, ...], child: Ident) -> None:
-        if parts not in self.folders and rmdir_if(parent, name, child):
+        if parts in self.folders:
+            return
+        if remove_checked(parent, name, lambda now: ident(now) == child) is not None:
             self.jail._owned.discard(child)

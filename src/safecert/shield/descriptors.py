@@ -17,7 +17,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import secrets
 import stat
+from collections.abc import Callable
 from typing import NamedTuple
 
 RESOLVE_NO_XDEV = 0x01
@@ -106,6 +108,69 @@ def open_beneath(dirfd: int, name: str, flags: int, mode: int = 0o644) -> int:
         if err != errno.EAGAIN:
             break
     raise OSError(err, os.strerror(err), name)
+
+
+def _renameat2_call() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _renameat2_call()
+_RENAME_NOREPLACE = 1
+
+
+def rename_noreplace(folder: int, src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` inside ``folder``, never over an existing entry."""
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(folder, os.fsencode(src), folder, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
+            raise OSError(err, os.strerror(err), dst)
+    try:
+        os.stat(dst, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(src, dst, src_dir_fd=folder, dst_dir_fd=folder)
+        return
+    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+
+
+def remove_checked(
+    folder: int, name: str, accept: Callable[[os.stat_result], bool]
+) -> os.stat_result | None:
+    """Remove the entry ``name`` of ``folder`` only if ``accept`` holds for the object removed.
+
+    ``unlinkat`` and ``rmdir`` go by name, so a check followed by a removal can be raced by a
+    process that exchanges ``name`` in between. Instead the entry is first renamed to a fresh
+    random name in the same folder: that moves whatever sits at ``name`` at that instant out of
+    reach of a process exchanging ``name``. It is checked there (``lstat``) and removed if
+    accepted; otherwise it is renamed back (never over a new entry). Returns the ``lstat`` of
+    the object removed, or ``None`` (nothing removed)."""
+    hidden = f".safecert-removing-{secrets.token_hex(12)}"
+    try:
+        os.rename(name, hidden, src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError:
+        return None
+    st = os.stat(hidden, dir_fd=folder, follow_symlinks=False)
+    if accept(st):
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                os.rmdir(hidden, dir_fd=folder)
+            else:
+                os.unlink(hidden, dir_fd=folder)
+            return st
+        except OSError:
+            pass  # a folder that is not empty: it goes back
+    try:
+        rename_noreplace(folder, hidden, name)
+    except OSError:
+        pass  # its name was taken meanwhile: it stays, whole, under the hidden name
+    return None
 
 
 def kind(st: os.stat_result) -> str:

@@ -12,8 +12,9 @@ It lists the upstream's tools plus the model's halt action as a tool, and answer
 
 Check and execution are atomic per session (a per-session async lock is held from the decision
 until the executed call is recorded); sessions are independent (one guard session each, keyed by
-the MCP session). ``φ`` and the action map run in worker threads under their deadline, so neither
-they nor the upstream ever hold anything another session needs. An upstream call that fails at the
+the MCP session). ``φ`` and a Python action map run in worker threads under their deadline (a
+rules-file action map is our own bounded code and runs on the loop), so neither they nor the
+upstream ever hold anything another session needs. An upstream call that fails at the
 protocol level, passes ``upstream_timeout_s`` or is cut by the upstream's death ends its session:
 whether it executed is unknown, so the state is unknown, and the guard fails closed. Anything
 unexpected blocks.

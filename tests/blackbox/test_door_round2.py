@@ -509,3 +509,19 @@ def test_grid_size_is_the_number_of_cells_the_grid_builds(counts, duplicate):
         return
     envelope = Envelope.model_validate(data)
     assert grid_size(envelope) == len(grid_cells(envelope))
+
+
+@pytest.mark.parametrize("out", ["/dev/null", "file", "/proc/safecert-nope"])
+@pytest.mark.parametrize("command", ["certify", "rejudge"])
+def test_an_output_folder_that_is_a_file_or_cannot_be_made_is_one_line(
+    finished, tmp_path, out, command
+):
+    (tmp_path / "file").write_text("x")
+    target = tmp_path / out if out == "file" else Path(out)
+    if command == "certify":
+        result = run_cli("certify", config(tmp_path / "in"), "--out", target)
+    else:
+        run = Path(shutil.copytree(finished, tmp_path / "run"))
+        result = run_cli("rejudge", run, "--budget", "1", "--p-star", "0.2", "--out", target)
+    refused(result, "--out", "not a folder" if out != "/proc/safecert-nope" else "cannot create")
+    assert (tmp_path / "file").read_text() == "x"

@@ -17,7 +17,7 @@ from safecert.blackbox.certify import blackbox_result, store_digest
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.grid import Family
 from safecert.blackbox.result import Rejudged
-from safecert.blackbox.store import EpisodeStore
+from safecert.blackbox.store import EpisodeStore, output_folder
 from safecert.certificate import (
     BlackboxCertificate,
     Inputs,
@@ -51,6 +51,12 @@ def rejudge(
     if not 0 < p_star < 1:
         raise ConfigError(f"{p_star} is outside (0, 1)", field="p_star")
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(
+            f"{run_dir} is not a folder",
+            field="DIR",
+            fix="pass the folder of a safecert certify run (it holds certificate.json)",
+        )
     cert = read_certificate(run_dir / "certificate.json")
     if cert.kind == "sequential":
         raise DataError(
@@ -105,7 +111,7 @@ def rejudge(
             result=result,
         )
         assert isinstance(new, BlackboxCertificate)
-        write_certificate(new, out_dir / "certificate.json", sign_key=sign_key)
+        write_certificate(new, output_folder(out_dir) / "certificate.json", sign_key=sign_key)
     return new, out_dir
 
 

@@ -81,7 +81,7 @@ class EpisodeStore:
         if not create:
             self._db = self._open_read_only(path)
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        output_folder(path.parent)
         try:
             self._db = sqlite3.connect(path, timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -248,6 +248,25 @@ class EpisodeStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def output_folder(folder: Path, field: str = "out") -> Path:
+    """Create ``folder`` (and its parents) for a run's outputs; a path that is a file, a device or
+    cannot be created is one :class:`ConfigError` naming ``field``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(
+            f"{folder} is not a folder", field=field, fix="pass a folder (it is created if needed)"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the folder {folder} ({exc.strerror or exc})",
+            field=field,
+            fix="pass a folder you can write to",
+        ) from None
+    return folder
 
 
 def open_run_store(

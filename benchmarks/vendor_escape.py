@@ -261,12 +261,28 @@ def cli_rep(sig: str, contain: bool, folder: Path, settle_s: float) -> dict[str,
     return {"replied": ok, "spawned": True, "orphans": len(left), "kill_s": took}
 
 
+def startup_ms(start: Callable[[list[str]], Any], n: int) -> float:
+    """Median wall time of start, first line read and kill of a vendor that echoes one line
+    (the best of 5 interleaved rounds per mode is reported)."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        vendor = start(["sh", "-c", "echo ready; exec cat"])
+        vendor.stdout.readline()
+        vendor.kill()
+        times.append(time.perf_counter() - t0)
+        for pipe in (vendor.stdin, vendor.stdout, vendor.stderr):
+            pipe.close()
+    return round(1000 * sorted(times)[n // 2], 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=100, help="repetitions per attack and mode")
     ap.add_argument("--before-reps", type=int, default=10, help="repetitions of the baseline")
     ap.add_argument("--kill9", type=int, default=100, help="kill -9 repetitions per attack")
     ap.add_argument("--cli", type=int, default=5, help="certify runs per attack and mode")
+    ap.add_argument("--startup", type=int, default=0, help="start-up cost: starts per mode")
     ap.add_argument("--settle", type=float, default=2.0, help="bounded wait before counting, s")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -281,13 +297,24 @@ def main() -> None:
             "uncontained": (lambda argv: procs.VendorProcess(argv, contain=False), True, args.reps),
             "before": (lambda argv: before.VendorProcess(argv), False, args.before_reps),
         }
-        for sig in ("KILL", "STOP"):
+        if args.startup:  # interleaved rounds, so load changes hit every mode
+            costs: dict[str, list[float]] = {mode: [] for mode in starts}
+            for _ in range(5):
+                for mode, (start, _, _) in starts.items():
+                    costs[mode].append(startup_ms(start, max(1, args.startup // 5)))
+            base = min(costs["before"])
+            results["startup"] = {
+                mode: {"best_round_median_ms": min(c), "ratio": round(min(c) / base, 2)}
+                for mode, c in costs.items()
+            }
+            print(f"startup: {results['startup']}", file=sys.stderr)
+        for sig in ("KILL", "STOP") if args.reps else ():
             for mode, (start, reaping, reps) in starts.items():
                 with scope(reaping):
                     rows = [one_rep(start, sig, args.settle) for _ in range(reps)]
                 results[f"{mode} {sig}"] = summary(rows)
                 print(f"{mode} {sig}: {results[f'{mode} {sig}']}", file=sys.stderr)
-        for sig in ("KILL", "STOP"):
+        for sig in ("KILL", "STOP") if args.kill9 else ():
             for contain, reps in ((True, args.kill9), (False, min(args.kill9, args.before_reps))):
                 rows = [kill9_rep(sig, contain, args.settle) for _ in range(reps)]
                 key = f"kill -9 {'contained' if contain else 'uncontained'} {sig}"

@@ -525,3 +525,13 @@ def test_an_output_folder_that_is_a_file_or_cannot_be_made_is_one_line(
         result = run_cli("rejudge", run, "--budget", "1", "--p-star", "0.2", "--out", target)
     refused(result, "--out", "not a folder" if out != "/proc/safecert-nope" else "cannot create")
     assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("replay", ["9" * 5000 + ":0", "0:" + "1" * 19, "\u0663:1", "-1:0"])
+def test_replay_numbers_are_checked_before_conversion(tmp_path, replay):
+    path = config(tmp_path)
+    refused(
+        run_cli("certify", path, "--out", tmp_path / "o", "--replay", replay),
+        "--replay",
+        "CELL:INDEX",
+    )

@@ -127,8 +127,13 @@ def _failure_lines(res) -> list[str]:
 
 def _parse_replay(text: str) -> tuple[int, int]:
     cell, sep, index = text.partition(":")
-    if not sep or not cell.isdigit() or not index.isdigit():
-        raise ConfigError(f"{text!r} is not CELL:INDEX", field="--replay", fix="e.g. --replay 3:17")
+    numbers = (cell, index)
+    if not sep or not all(n.isascii() and n.isdigit() and len(n) <= 18 for n in numbers):
+        raise ConfigError(
+            f"{text[:40]!r} is not CELL:INDEX (two whole numbers of at most 18 digits)",
+            field="--replay",
+            fix="e.g. --replay 3:17",
+        )
     return int(cell), int(index)
 
 

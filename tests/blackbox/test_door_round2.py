@@ -535,3 +535,10 @@ def test_replay_numbers_are_checked_before_conversion(tmp_path, replay):
         "--replay",
         "CELL:INDEX",
     )
+
+
+@pytest.mark.parametrize("threshold", ["1e999", "1.5.5", "-1e400"])
+def test_a_return_goal_threshold_that_is_not_finite_is_said_once(tmp_path, threshold):
+    path = config(tmp_path, goal=f"return>={threshold}")
+    line = refused(run_cli("certify", path, "--out", tmp_path / "o"), "spec.goal", "not a finite")
+    assert line.count(f"return>={threshold}") == 1 and "(got" not in line

@@ -66,9 +66,13 @@ class Spec(BaseModel):
             try:
                 threshold = float(match.group(1))
             except ValueError:
-                raise ValueError(f"{match.group(1)!r} in 'return>=X' is not a number") from None
+                threshold = math.nan
             if not math.isfinite(threshold):
-                raise ValueError("the return threshold must be finite")
+                raise ConfigError(
+                    f"the threshold {match.group(1)!r} in {value!r} is not a finite number",
+                    field="spec.goal",
+                    fix='write e.g. goal = "return>=200"',
+                )
         _check_expression(goal_expression, value, "spec.goal", EPISODE_NAMES)
         return value
 

@@ -276,7 +276,7 @@ def main() -> int:
         for op in args.only or OPS:
             with tempfile.TemporaryDirectory(prefix="sandbox-race-") as tmp:
                 rows.append(race(op, args.ops, Path(tmp), swap=swap))
-        print(rows[-1], file=sys.stderr)
+            print(rows[-1], file=sys.stderr)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     else:

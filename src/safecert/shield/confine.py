@@ -96,8 +96,8 @@ class Jail:
 
     def __init__(self, root: Path) -> None:
         self.root_fd = os.open(root, _DIR | os.O_CLOEXEC)
-        self._owned: set[Ident] = {ident(os.fstat(self.root_fd))}
         self.root_ident = ident(os.fstat(self.root_fd))
+        self._owned: set[Ident] = {self.root_ident}
         walk(self.root_fd, (), Adopt(self._owned))
 
     def close(self) -> None:
@@ -111,6 +111,7 @@ class Jail:
 
     # -- walking -------------------------------------------------------------------------------
     def _enter(self, parent: int, name: str, create: bool) -> int:
+        """Descriptor of the owned folder ``name`` in ``parent`` (made first when ``create``)."""
         created = False
         if create:
             try:

@@ -170,7 +170,9 @@ class Sandbox:
         self.outbox = self.root / "outbox"
         self._dirty: set[Path] = set()
         # the parent of a root we made, held so close() removes the root by identity, not name
-        self._parent_fd = os.open(self.root.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._parent_fd = -1
+        if self._own_root:
+            self._parent_fd = os.open(self.root.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.jail = Jail(self.root)
         try:
             self.reset()

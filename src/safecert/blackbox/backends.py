@@ -16,7 +16,7 @@ import multiprocessing as mp
 import multiprocessing.util as mp_util
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import groupby
@@ -74,7 +74,7 @@ class Backend(Protocol):
         """Run every job once; yield each record as soon as it is done (any order)."""
         ...
 
-    def stream(self, source: JobSource, ctx: RunContext) -> Iterator[EpisodeRecord]:
+    def stream(self, source: JobSource, ctx: RunContext) -> Generator[EpisodeRecord]:
         """Run the chunks ``source`` hands out until it has none and none runs; yield each record
         as its chunk is done. A consumer that stops iterating abandons the chunks in flight."""
         ...
@@ -235,7 +235,7 @@ class LocalBackend:
         size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
         return self.stream(ListSource(jobs, size), ctx)
 
-    def stream(self, source: JobSource, ctx: RunContext) -> Iterator[EpisodeRecord]:
+    def stream(self, source: JobSource, ctx: RunContext) -> Generator[EpisodeRecord]:
         chunk = source.take()
         if not chunk:
             return

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 from safecert.blackbox.backends import JobSource, ListSource, RunContext, Worker
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
@@ -134,7 +134,7 @@ class RayBackend:
         size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
         return self.stream(ListSource(jobs, size), ctx)
 
-    def stream(self, source: JobSource, ctx: RunContext) -> Iterator[EpisodeRecord]:
+    def stream(self, source: JobSource, ctx: RunContext) -> Generator[EpisodeRecord]:
         """Each actor holds at most ``source.per_worker`` chunks; a freed actor gets the next."""
         first = source.take()
         if not first:

@@ -48,7 +48,10 @@ BEFORE = (
     "2026-12-02; an escape there counts every operation after the outside folder first changed): "
     "read 237 of 300 leaked the secret, send 140, write 300, delete 293, chmod 298; reset "
     "stopped with `OSError: Directory not empty`; without a race, one reset while the outside "
-    "folder sat at `workspace/d` deleted that folder and its files."
+    "folder sat at `workspace/d` deleted that folder and its files. A delete that checked the "
+    "file and then called `unlinkat` by name (this work's first version, commit 48610bd) lost "
+    "the outside file to the file-exchange attacker within 3,000 deletes: hence removals by "
+    "rename to a random name, check, then remove."
 )
 
 # The attacker: exchange two real folders back and forth; on SIGTERM finish on an even count

@@ -90,8 +90,9 @@ def hand_loop(task: str, episodes: int, act: Callable[[np.ndarray], np.ndarray])
     return steps
 
 
-def certify_loop(task: str, episodes: int, batch: int, trust: str) -> tuple[int, float]:
-    """(steps, seconds of the rollout alone) of certify's loop on ``episodes`` episodes."""
+def certify_loop(task: str, episodes: int, batch: int, trust: str) -> tuple[int, float, float]:
+    """(steps, wall seconds, CPU seconds of this process) of certify's loop alone on
+    ``episodes`` episodes (an isolated policy's worker process is not in the CPU seconds)."""
     spec = TASKS[task]
     config = RunConfig.model_validate(
         {**spec, "episodes": episodes, "seed": 0, "workers": 1, "batch_size": batch}
@@ -103,9 +104,9 @@ def certify_loop(task: str, episodes: int, batch: int, trust: str) -> tuple[int,
     try:
         oracle.probe()  # a worker's start-up is not per-step work
         with colocated():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             steps = sum(r.steps for r in run_lockstep(envs, jobs, oracle.act, config))
-            return steps, time.perf_counter() - start
+            return steps, time.perf_counter() - start, time.process_time() - cpu
     finally:
         oracle.close()
 
@@ -123,25 +124,32 @@ def main() -> None:
     for task in args.tasks.split(","):
         act = hand_policy(task)
         hand: list[float] = []
+        hand_cpu: list[float] = []
         mine: dict[tuple[str, int], list[float]] = {v: [] for v in variants}
+        mine_cpu: dict[tuple[str, int], list[float]] = {v: [] for v in variants}
         steps: dict[object, int] = {}
         for _ in range(args.repeat):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             steps["hand"] = hand_loop(task, args.episodes, act)
             hand.append(time.perf_counter() - start)
+            hand_cpu.append(time.process_time() - cpu)
             for trust, b in variants:
-                steps[trust, b], seconds = certify_loop(task, args.episodes, b, trust)
+                steps[trust, b], seconds, cpu_s = certify_loop(task, args.episodes, b, trust)
                 mine[trust, b].append(seconds)
+                mine_cpu[trust, b].append(cpu_s)
         if len(set(steps.values())) != 1:
             raise SystemExit(f"{task}: the loops ran different episodes: {steps}")
-        h = min(hand)
-        row: dict[str, object] = {"steps": steps["hand"], "hand_s": h}
+        h, hc = min(hand), min(hand_cpu)
+        row: dict[str, object] = {"steps": steps["hand"], "hand_s": h, "hand_cpu_s": hc}
         for trust, b in variants:
-            m = min(mine[trust, b])
+            m, mc = min(mine[trust, b]), min(mine_cpu[trust, b])
             row[f"{trust}_batch_{b}"] = {
                 "certify_loop_s": m,
                 "ratio": m / h,
                 "extra_us_per_step": (m - h) / steps["hand"] * 1e6,
+                "certify_loop_cpu_s": mc,
+                "cpu_ratio": mc / hc,
+                "extra_cpu_us_per_step": (mc - hc) / steps["hand"] * 1e6,
             }
         result[task] = row
         print(task, json.dumps(row), file=sys.stderr, flush=True)

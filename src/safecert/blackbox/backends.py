@@ -18,6 +18,7 @@ import os
 import signal
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -94,6 +95,7 @@ class Worker:
         self._owns_oracle = oracle is None
         self.oracle = make_oracle(ctx.oracle) if oracle is None else oracle
         self.envs: dict[int, list] = {}
+        self._colocation = ExitStack()
 
     def _envs(self, cell: int) -> list:
         if cell not in self.envs:
@@ -126,12 +128,22 @@ class Worker:
                 )
         return out
 
+    def stay_colocated(self) -> None:
+        """Keep this thread and its workers on one CPU until :meth:`close` instead of claiming
+        it for each :meth:`run`: the claim costs about a millisecond, as much as a cheap episode,
+        and a sequential run hands out one batch at a time (measured: 1.8 ms per chunk of one
+        episode; benchmarks/RESULTS_sequential_overshoot.md)."""
+        from safecert.isolation import colocated
+
+        self._colocation.enter_context(colocated())
+
     def close(self) -> None:
         for envs in self.envs.values():
             for env in envs:
                 env.close()
         if self._owns_oracle:
             self.oracle.close()
+        self._colocation.close()
 
 
 _WORKER: Worker | None = None
@@ -147,6 +159,7 @@ def _init_worker(ctx: RunContext, owner: int) -> None:
     global _WORKER
     procs.die_with_parent()
     _WORKER = Worker(ctx)
+    _WORKER.stay_colocated()
     mp_util.Finalize(None, _WORKER.close, exitpriority=10)
     signal.signal(signal.SIGTERM, _stop_worker)
     procs.exit_with(owner, _WORKER.close)
@@ -216,6 +229,7 @@ class LocalBackend:
         self.workers = self.worker_count(ctx)
         if self.workers == 1:
             self._worker = Worker(ctx)
+            self._worker.stay_colocated()
         else:
             mp_ctx = mp.get_context("forkserver")
             mp_ctx.set_forkserver_preload(["safecert.blackbox.rollout", "safecert.envs"])

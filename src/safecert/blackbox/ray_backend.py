@@ -33,6 +33,7 @@ class _ActorWorker:
 
     def __init__(self, ctx: RunContext) -> None:
         self.worker = Worker(ctx)
+        self.worker.stay_colocated()
 
     def run(self, jobs: list[EpisodeJob]) -> list[EpisodeRecord]:
         return self.worker.run(jobs)

@@ -30,6 +30,8 @@ data-dependent episode count they are descriptive, not anytime-valid (``result.s
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -118,14 +120,15 @@ def outcomes_prefix(records: list[EpisodeRecord], budget: float) -> np.ndarray:
 
 
 def build_rule(config: RunConfig, family: Family, settings: SequentialSettings) -> Rule:
-    """The stopping rule of every cell: at δ' of the family, capped at ``episodes``."""
-    return make_rule(
-        settings.method,
-        config.spec.p_star,
-        family.delta_cell,
-        config.episodes,
-        settings.rule_options(),
-    )
+    """The stopping rule of every cell: at δ' of the family, capped at ``episodes`` (built once
+    per process for equal arguments: certify and its result builder share it)."""
+    options = json.dumps(settings.rule_options(), sort_keys=True)
+    return _rule(settings.method, config.spec.p_star, family.delta_cell, config.episodes, options)
+
+
+@functools.lru_cache(maxsize=8)
+def _rule(method: str, p_star: float, delta: float, cap: int, options: str) -> Rule:
+    return make_rule(method, p_star, delta, cap, json.loads(options))
 
 
 def sequential_settings(config: RunConfig) -> SequentialSettings:

@@ -58,3 +58,11 @@ def test_an_unknown_command_is_one_line_with_a_suggestion(capsys):
     assert main(["bund"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No such command 'bund'" in err[0] and "'bound'" in err[0]
+
+
+def test_no_arguments_print_the_root_help_and_exit_2(capsys):
+    from safecert.cli.main import main
+
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("Usage: safecert") and "  certify " in out and err == ""

@@ -134,6 +134,12 @@ class LazyGroup(TyperGroup):
         super().__init__(**attrs)
         self.commands = _Commands()
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help())  # the help on stdout and exit code 2, as a usage error
+            raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         limit = formatter.width - 6 - max(map(len, TABLE))
         rows = [(name, _short(summary, limit)) for name, (_, _, summary) in TABLE.items()]

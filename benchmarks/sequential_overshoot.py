@@ -1,7 +1,7 @@
 """Episodes run past the decision, ``certify --sequential`` before and after issue 28.1.
 
 The held-out-like task: one cell whose episodes fail with probability p = 0.02 (a one-step
-environment, ``coin``: cost 1 with probability p, 5 ms per episode), p* = 0.05, confidence 0.9
+environment, ``coin``: cost 1 with probability p, ``--episode-ms`` per episode, default 5), p* = 0.05, confidence 0.9
 (δ = 0.1, M = 1), rule ``onesided``, cap 5000. For each of 25 seeds, in this process, on real
 worker processes (the same ``LocalBackend``):
 
@@ -18,8 +18,9 @@ Both read the same outcomes (seeded per episode), so the decision point is the s
 machine: noisy.
 
     .venv/bin/python benchmarks/sequential_overshoot.py [--seeds 25] [--workers 1 2] [--batch 1]
+        [--episode-ms 5]
 
-Writes ``benchmarks/out/sequential_overshoot.json``.
+Writes ``benchmarks/out/sequential_overshoot_<episode-ms>ms.json``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def policy(obs):
 CONFIG = """
 policy = "python:coin:policy"
 env = "python:coin:Coin"
-env_kwargs = {{ p = 0.02, sleep_s = 0.005 }}
+env_kwargs = {{ p = 0.02, sleep_s = {sleep_s} }}
 trust = "in-process"
 episodes = 5000
 seed = {seed}
@@ -166,8 +167,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=25)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--episode-ms", type=float, default=5.0, help="cost of one episode")
     args = parser.parse_args()
-    results: dict = {"seeds": args.seeds, "batch_size": args.batch, "runs": {}}
+    results: dict = {
+        "seeds": args.seeds,
+        "batch_size": args.batch,
+        "episode_ms": args.episode_ms,
+        "runs": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "coin.py").write_text(COIN)
@@ -175,7 +182,11 @@ def main() -> None:
             rows = []
             for seed in range(args.seeds):
                 config = folder / f"run{seed}.toml"
-                config.write_text(textwrap.dedent(CONFIG.format(seed=seed, batch=args.batch)))
+                config.write_text(
+                    textwrap.dedent(
+                        CONFIG.format(seed=seed, batch=args.batch, sleep_s=args.episode_ms / 1e3)
+                    )
+                )
                 b = before(config, folder / f"b{workers}_{seed}", workers)
                 a = after(config, folder / f"a{workers}_{seed}", workers)
                 assert a["tau"] == b["tau"], (seed, a, b)  # same outcomes, same decision point
@@ -191,7 +202,8 @@ def main() -> None:
                 "in_flight_bound": workers * args.batch,
             }
     OUT.mkdir(exist_ok=True)
-    (OUT / "sequential_overshoot.json").write_text(json.dumps(results, indent=1))
+    name = f"sequential_overshoot_{args.episode_ms:g}ms.json"
+    (OUT / name).write_text(json.dumps(results, indent=1))
     for workers, r in results["runs"].items():
         print(
             f"workers {workers}: decision point median {r['tau']['median']:.0f}; overshoot "

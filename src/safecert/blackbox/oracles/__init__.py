@@ -354,8 +354,11 @@ _FILE_SUFFIXES = frozenset(
 
 def _looks_like_file(arg: str) -> bool:
     """An argument that names a file: a path (``./``, ``../``, ``~/``) or a code or model file
-    (:data:`_FILE_SUFFIXES`); never a URL or a phrase."""
+    (:data:`_FILE_SUFFIXES`); never a URL, a phrase or a ``scheme:value`` spec the vendor reads
+    itself (``onnx:model.onnx`` may resolve from the vendor's own folder)."""
     if not arg or any(c.isspace() for c in arg) or "://" in arg:
+        return False
+    if ":" in arg.split("/", 1)[0]:
         return False
     return arg.startswith(("./", "../", "~/")) or Path(arg).suffix.lower() in _FILE_SUFFIXES
 

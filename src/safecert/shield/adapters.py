@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from safecert.errors import ConfigError
+from safecert.extras import MissingExtraError
 from safecert.shield.certified import CertifiedShield, load_certified_shield
 from safecert.shield.session import (
     Abstraction,
@@ -136,11 +136,7 @@ def guard_function_tools(tools: list[Any], session: GuardSession) -> list[Any]:
     try:
         from agents import FunctionTool
     except ImportError:
-        raise ConfigError(
-            "the OpenAI Agents SDK adapter needs openai-agents",
-            field="adapter",
-            fix="pip install 'safecert[agents]'",
-        ) from None
+        raise MissingExtraError("agents", "agents") from None
 
     def wrap(tool: Any) -> Any:
         original = tool.on_invoke_tool
@@ -204,11 +200,7 @@ def guard_langchain_tools(tools: list[Any], session: GuardSession) -> list[Any]:
     try:
         from langchain_core.tools import StructuredTool, ToolException
     except ImportError:
-        raise ConfigError(
-            "the LangChain adapter needs langchain-core",
-            field="adapter",
-            fix="pip install 'safecert[agents]'",
-        ) from None
+        raise MissingExtraError("langchain_core", "agents") from None
 
     def reply(out: Any) -> Any:
         if isinstance(out, Decision):

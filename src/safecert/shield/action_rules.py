@@ -59,13 +59,12 @@ def load_action_rules(path: Path) -> ActionRules:
     (operators ``eq ne gt ge lt le in``; ``gt``… hold only for numbers); a call no rule matches
     maps to its tool's name, which the guard blocks unless the model has that action. Raises
     :class:`ConfigError` naming the rule for a malformed file."""
-    import tomllib
-
+    from safecert.config import read_toml
     from safecert.errors import ConfigError
 
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    try:  # the shared reader: a regular file, size- and shape-limited, before tomllib sees it
+        doc = read_toml(path)
+    except ConfigError as exc:
         raise ConfigError(f"cannot read {path} ({exc})", field="--action-map") from None
     rules = doc.get("rule")
     if not isinstance(rules, list) or not rules or set(doc) != {"rule"}:

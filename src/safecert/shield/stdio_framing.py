@@ -19,7 +19,7 @@ LINE_LIMIT = 64 * 1024 * 1024  # the longest JSON-RPC line read (bytes)
 @contextlib.asynccontextmanager
 async def jsonrpc_lines(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> AsyncIterator[tuple[Any, Any, Any]]:
+) -> AsyncIterator[tuple[Any, Any, Any, list[int]]]:
     """MCP's stdio framing (one JSON-RPC message per line) over an asyncio pipe pair, as the
     ``(read_stream, write_stream)`` an MCP session takes, an event set at end of input or when
     the peer stops reading, and a one-item list: the requests read whose response is not written

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from safecert.cli.main import TABLE, build_command
+from safecert.cli.main import TABLE, _requiring, build_command
+from safecert.extras import COMMANDS
 
 PROBE = """
 import sys
@@ -66,3 +67,15 @@ def test_no_arguments_print_the_root_help_and_exit_2(capsys):
     assert main([]) == 2
     out, err = capsys.readouterr()
     assert out.startswith("Usage: safecert") and "  certify " in out and err == ""
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS))
+def test_every_command_that_needs_an_extra_exists_and_checks_it(path):
+    """extras.COMMANDS names real command paths of TABLE, and each one's callback checks its
+    extra (a renamed command would otherwise silently lose its check)."""
+    first, *rest = path.split()
+    command = build_command(first)
+    for name in rest:
+        command = command.commands[name]
+    checks = _requiring(path, print).__code__  # the wrapper that calls require_command first
+    assert command.callback.__code__ is checks, path

@@ -36,7 +36,7 @@ import numpy as np
 
 from safecert.errors import ConfigError, OracleError
 from safecert.shield.audit import OnBlock
-from safecert.shield.sandbox import TOOLS, Sandbox, ToolCall
+from safecert.shield.sandbox import TOOLS, Entry, Sandbox, ToolCall
 
 if TYPE_CHECKING:
     from safecert.shield.certified import CertifiedShield
@@ -159,6 +159,19 @@ def parse_tool_call(message: dict[str, Any]) -> tuple[str | None, ToolCall, list
     return first.get("id"), ToolCall(name, args), [c.get("id") for c in calls[1:]]
 
 
+def _opening(system_prompt: str) -> list[dict[str, Any]]:
+    """The sandbox task's first two messages."""
+    return [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": "Start. The ticket is in ticket.txt."},
+    ]
+
+
+def _reply(entry: Entry) -> str:
+    """A sandbox call's reply as the model reads it: a refused or failed call begins ``error:``."""
+    return entry.output if entry.ok else f"error: {entry.output}"
+
+
 class LLMAgent:
     """Controller driving a chat model through the tool-calling loop (see module docstring)."""
 
@@ -167,10 +180,7 @@ class LLMAgent:
         self.system_prompt = system_prompt
 
     def reset(self, rng: np.random.Generator) -> None:
-        self.messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": "Start. The ticket is in ticket.txt."},
-        ]
+        self.messages: list[dict[str, Any]] = _opening(self.system_prompt)
         self._pending: str | None = None  # tool_call_id awaiting its tool message
         self._answered = 0  # transcript entries already reported
 
@@ -184,7 +194,7 @@ class LLMAgent:
     def propose(self, sandbox: Sandbox, permitted: frozenset[str] | None) -> ToolCall:
         if self._pending is not None and len(sandbox.transcript) > self._answered:
             entry = sandbox.transcript[-1]
-            self._answer(entry.output if entry.ok else f"error: {entry.output}")
+            self._answer(_reply(entry))
         self._answered = len(sandbox.transcript)
         if permitted is not None:
             self.messages.append(
@@ -263,8 +273,7 @@ def sandbox_tools(sandbox: Sandbox) -> dict[str, Callable[..., str]]:
 
     def tool(name: str) -> Callable[..., str]:
         def run(**arguments: Any) -> str:
-            entry = sandbox.execute(ToolCall(name, arguments))
-            return entry.output if entry.ok else f"error: {entry.output}"
+            return _reply(sandbox.execute(ToolCall(name, arguments)))
 
         run.__name__ = name
         return run
@@ -297,8 +306,4 @@ def run_sandbox_chat(
         sandbox_tools(sandbox), shield, lambda history: sandbox.state(),
         on_block=on_block, steps_log=steps_log,
     )  # fmt: skip
-    messages = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": "Start. The ticket is in ticket.txt."},
-    ]
-    return run_chat(client, tools, messages, max_turns=max_turns), tools.session
+    return run_chat(client, tools, _opening(SYSTEM_PROMPT), max_turns=max_turns), tools.session

@@ -346,3 +346,41 @@ def test_reaping_spares_children_started_before_it_and_on_purpose():
     finally:
         before.kill()
         before.wait()
+
+
+MAPS_REFUSED = """
+import builtins, sys
+sys.path.insert(0, {folder!r})
+import supervisor as s
+real_unshare, real_open = s._UNSHARE, builtins.open
+s._UNSHARE = lambda flags: -1 if flags == s._CLONE_NEWPID else real_unshare(flags)
+def refuse_maps(path, *args, **kwargs):
+    if str(path).startswith("/proc/self/") and str(path).endswith(("setgroups", "uid_map")):
+        raise PermissionError(1, "Operation not permitted", path)
+    return real_open(path, *args, **kwargs)
+s.open = refuse_maps
+s.main(sys.argv)
+"""
+
+
+def test_a_user_namespace_whose_id_maps_are_refused_falls_back_to_uncontained(
+    tmp_path, monkeypatch, caplog
+):
+    """AppArmor's restriction of unprivileged user namespaces (Ubuntu 24.04, fresh CI machines
+    that are not root) grants ``unshare(CLONE_NEWUSER)`` but refuses the id maps: the vendor
+    still starts (uncontained, with the warning), and later vendors do not try again."""
+    wrapper = tmp_path / "supervisor.py"
+    wrapper.write_text(MAPS_REFUSED.format(folder=str(procs.SUPERVISOR.parent)))
+    monkeypatch.setattr(procs, "SUPERVISOR", wrapper)
+    monkeypatch.setattr(procs, "_MAPS_REFUSED", [])
+    monkeypatch.setattr(procs, "_WARNED", [])
+    for _ in range(2):
+        vendor = procs.VendorProcess([sys.executable, "-c", "print('served')"], contain=True)
+        assert not vendor.contained
+        assert read(vendor.stdout) == b"served\n" and vendor.wait(timeout=10) == 0
+        vendor.kill()
+    assert procs._MAPS_REFUSED == [True]
+    assert [r.message for r in caplog.records].count(
+        "the kernel refused a PID namespace for vendors: a vendor that kills or stops its "
+        "supervisor is cleaned up only while this process runs"
+    ) == 1

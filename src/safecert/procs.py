@@ -127,6 +127,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 _LIVE: set[VendorProcess] = set()
 _WARNED: list[bool] = []
+_MAPS_REFUSED: list[bool] = []  # the kernel gives user namespaces but refuses their id maps
 _LIVE_LOCK = threading.Lock()
 # a forked child must not close its parent's vendors
 os.register_at_fork(after_in_child=_LIVE.clear)
@@ -174,21 +175,11 @@ class VendorProcess:
             self._popen = self._popen_of(self.argv, (), cwd)
             self.vendor_pid = self._popen.pid
         else:
-            read_end, write_end = os.pipe()
-            try:
-                command = (sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()))
-                self._popen = self._popen_of(
-                    (*command, str(write_end), str(int(self._contain)), *self.argv),
-                    (write_end,),
-                    cwd,
-                )
-                orphans.started_on_purpose(self._popen.pid)
-            finally:
-                os.close(write_end)
-            try:
-                self.vendor_pid = self._read_report(read_end)
-            finally:
-                os.close(read_end)
+            vendor_pid = self._start_supervised(cwd, self._contain and not _MAPS_REFUSED)
+            if vendor_pid is None:  # once per process: later vendors go uncontained at once
+                _MAPS_REFUSED.append(True)
+                vendor_pid = self._start_supervised(cwd, False)
+            self.vendor_pid = vendor_pid
         with _LIVE_LOCK:
             _LIVE.add(self)
         self.stdin: IO[bytes] = self._popen.stdin  # type: ignore[assignment]
@@ -210,25 +201,44 @@ class VendorProcess:
             pass_fds=pass_fds,
         )
 
-    def _read_report(self, fd: int) -> int:
-        """The supervisor's one line: the vendor's pid, or the start error raised as ``OSError``."""
+    def _start_supervised(self, cwd: str | None, contain: bool) -> int | None:
+        """Start the supervisor; the vendor's pid (:meth:`_read_report`)."""
+        read_end, write_end = os.pipe()
+        try:
+            command = (sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()))
+            self._popen = self._popen_of(
+                (*command, str(write_end), str(int(contain)), *self.argv), (write_end,), cwd
+            )
+            orphans.started_on_purpose(self._popen.pid)
+        finally:
+            os.close(write_end)
+        try:
+            return self._read_report(read_end)
+        finally:
+            os.close(read_end)
+
+    def _read_report(self, fd: int) -> int | None:
+        """The supervisor's one line: the vendor's pid; None if the kernel gave a user namespace
+        but refused its id maps (nothing was started); the start error raised as ``OSError``."""
         line = b""
         deadline = time.monotonic() + START_WAIT_S
         while not line.endswith(b"\n"):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
                 self._force_kill()
+                orphans.forget(self._popen.pid)
                 raise OSError(f"the vendor supervisor did not start within {START_WAIT_S:g}s")
             data = os.read(fd, 256)
             if not data:
-                code = self._popen.wait()
-                self._close_pipes()
+                code = self._end_failed_start()
                 raise OSError(f"the vendor supervisor exited with code {code} before starting it")
             line += data
         word, *rest = line.split()
+        if word == b"refused":
+            self._end_failed_start()
+            return None
         if word == b"error":
-            self._popen.wait()
-            self._close_pipes()
+            self._end_failed_start()
             errno = int(rest[0])
             raise OSError(errno, os.strerror(errno), self.argv[0])
         if rest[1] != b"1":
@@ -278,6 +288,13 @@ class VendorProcess:
             # a supervisor the vendor killed or stopped left its subtree to us (in reaping())
             orphans.sweep_adopted()
         orphans.forget(self._popen.pid)
+
+    def _end_failed_start(self) -> int:
+        """Reap a supervisor that reported a failed start; its exit code."""
+        code = self._popen.wait()
+        self._close_pipes()
+        orphans.forget(self._popen.pid)
+        return code
 
     def _force_kill(self) -> None:
         # not reaped yet, so the pid still names this session's group

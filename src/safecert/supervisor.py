@@ -29,7 +29,8 @@ start-up. Guarantees, on Linux:
 
 It reports on ``STATUS_FD`` one line before dropping it: ``ok VENDOR_PID SUBREAPER CONTAINED``
 (``VENDOR_PID`` as safecert's ``/proc`` names it; ``SUBREAPER``, ``CONTAINED`` are 1 where the
-kernel agreed), or ``error ERRNO`` when the vendor could not be started.
+kernel agreed), ``error ERRNO`` when the vendor could not be started, or ``refused ERRNO`` when the
+kernel gave a user namespace but refused its id maps (start it again with ``CONTAIN`` 0).
 
 Assumptions: the vendor runs as the same user (a set-uid descendant cannot be killed; the clean-up
 gives up after :data:`GIVE_UP_S`; contained through a user namespace, a set-uid program runs
@@ -264,8 +265,9 @@ def main(argv: list[str]) -> None:
     if contain:
         try:
             contained = _contain()
-        except OSError as exc:  # a user namespace whose ids cannot be mapped: not usable
-            os.write(status_fd, f"error {exc.errno}\n".encode())
+        except OSError as exc:  # a user namespace whose ids cannot be mapped (AppArmor's
+            # restriction of unprivileged ones): we are stuck in it, so ask to be started again
+            os.write(status_fd, f"refused {exc.errno}\n".encode())
             os._exit(127)
         if contained:
             _contained(program, status_fd)

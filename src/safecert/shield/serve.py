@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from safecert.errors import ConfigError, SafecertError
+from safecert.errors import SafecertError
+from safecert.extras import MissingExtraError
 from safecert.shield.certified import CertifiedShield
 from safecert.shield.gateway import Gateway
 from safecert.shield.session import Abstraction, JsonlSink, OnBlock
@@ -47,11 +48,7 @@ def _mcp() -> Any:
     try:
         import mcp
     except ImportError:
-        raise ConfigError(
-            "the MCP gateway needs the mcp package",
-            field="serve",
-            fix="pip install 'safecert[agents]'",
-        ) from None
+        raise MissingExtraError("mcp", "agents") from None
     return mcp
 
 
@@ -163,8 +160,8 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
 
 def run(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOptions) -> int:
     """:func:`serve` from synchronous code; the exit code (:data:`EXIT_CODES`). Raises
-    :class:`ConfigError` when the upstream did not start, :class:`UpstreamFailed` past the
-    restart limit."""
+    :class:`~safecert.errors.ConfigError` when the upstream did not start,
+    :class:`UpstreamFailed` past the restart limit."""
     import anyio
 
     try:

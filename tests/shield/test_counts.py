@@ -186,3 +186,9 @@ def test_tables_that_are_not_count_tables_are_one_line_errors(tmp_path):
     assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "bad.jsonl" in res.stderr and "nowhere" in res.stderr
     assert not (tmp_path / "c.parquet").exists()
+    not_parquet = tmp_path / "broken.parquet"
+    not_parquet.write_text("not parquet\n")
+    res = run_cli("shield", "count", "--model", GRID / "grid.toml", not_parquet, "--out",
+                  tmp_path / "c.parquet")  # fmt: skip
+    assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "broken.parquet" in res.stderr and "Traceback" not in res.stderr

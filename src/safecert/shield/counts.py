@@ -111,11 +111,17 @@ def _source(path: Path) -> str:
 
 
 def _is_count_table(path: Path) -> bool:
+    """A Parquet file with the ``safecert.counts`` header (a file that is not Parquet is not; the
+    step-log reader then reports it in one line)."""
     if path.suffix.lower() != ".parquet":
         return False
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError):
+        return False
     return HEADER_KEY in meta
 
 

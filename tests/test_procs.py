@@ -384,3 +384,24 @@ def test_a_user_namespace_whose_id_maps_are_refused_falls_back_to_uncontained(
         "the kernel refused a PID namespace for vendors: a vendor that kills or stops its "
         "supervisor is cleaned up only while this process runs"
     ) == 1
+
+
+def test_a_fork_of_the_reaping_process_sweeps_none_of_its_own_children():
+    """A fork inherits the scope but not the subreaper flag, so every child it has is its own:
+    a sweep there (an uncontained vendor closed in a ``fork`` pool worker) kills none of them."""
+    with procs.reaping():
+        time.sleep(0.02)  # the child below starts in a later clock tick than the scope
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the fork reports through the pipe
+            own = subprocess.Popen(["sleep", "30"])
+            time.sleep(0.05)
+            swept = orphans.sweep_adopted()
+            os.write(write_end, f"{swept} {own.poll() is None}".encode())
+            own.kill()
+            own.wait()
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as report:
+            assert read(report) == b"0 True"  # nothing swept, its own child still running
+        os.waitpid(pid, 0)

@@ -154,9 +154,11 @@ def _on_purpose() -> set[int]:
 def adopted() -> list[int]:
     """Children of this process that are orphans it adopted as a subreaper: not started here on
     purpose (:func:`_on_purpose`) and started after the first :func:`adopting` scope began (an
-    orphan of a vendor is younger than the run). Empty outside :func:`adopting`."""
+    orphan of a vendor is younger than the run). Empty outside :func:`adopting`, and in a process
+    that is not a subreaper now (a fork of one inherits the scope but not the flag: its children
+    are all its own)."""
     since = _ADOPTION.since_ticks
-    if since is None or not sys.platform.startswith("linux"):
+    if since is None or not sys.platform.startswith("linux") or not _is_subreaper():
         return []
     me, known = os.getpid(), _on_purpose()
     found = []

@@ -101,6 +101,14 @@ def test_merged_tables_certify_as_the_whole_log_and_verify(tmp_path, monkeypatch
     cert_path = tmp_path / "fc" / "certificate.json"
     report = check(read_certificate(cert_path), Evidence(cert_path))
     assert report.ok, [(c.name, c.detail) for c in report.checks if not c.ok]
+    # a certificate claiming the logs too (certify reads one or the other) is refused
+    doc = json.loads(cert_path.read_text())
+    logs_entry = next(e for e in from_logs.certificate.inputs.files if e.role == "logs")
+    doc["inputs"]["files"].append(logs_entry.model_dump(mode="json"))
+    both = cert_path.with_name("both.json")
+    both.write_text(json.dumps(doc))
+    failed = {c.name for c in check(read_certificate(both), Evidence(both)).checks if not c.ok}
+    assert failed == {"inputs: count tables, no logs"}, failed
     # a count table changed after certification: verify fails on its digest and on the result
     table = pq.read_table(cb)
     bumped = table.set_column(3, "count", pa.array([n + 1 for n in table["count"].to_pylist()]))
@@ -112,7 +120,7 @@ def test_merged_tables_certify_as_the_whole_log_and_verify(tmp_path, monkeypatch
     report = check(read_certificate(cert_path), Evidence(cert_path))
     failed = {c.name for c in report.checks if not c.ok}
     assert any("counts sha256" in name for name in failed), failed
-    assert not report.ok
+    assert "result" in failed and not report.ok
 
 
 def test_other_model_committed_sets_and_bad_transitions_are_refused(tmp_path):

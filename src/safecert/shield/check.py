@@ -50,6 +50,9 @@ def check(cert: Certificate, evidence: Evidence) -> VerificationReport:
     model_entry = _entry(cert.inputs.files, "model", "files")
     count_entries = [e for e in cert.inputs.files if e.role == "counts"]
     logs_entry = None if count_entries else _entry(cert.inputs.files, "logs", "files")
+    if count_entries:  # certify reads the logs or count tables, never both
+        logs_entries = [e.path for e in cert.inputs.files if e.role == "logs"]
+        report.add("inputs: count tables, no logs", not logs_entries, ", ".join(logs_entries))
     copy_entry = _entry(cert.inputs.evidence, "model-copy", "evidence")
     shield_entry = _entry(cert.inputs.evidence, "shield", "evidence")
     logs_path = None if logs_entry is None else _find_logs(cert, logs_entry, evidence)

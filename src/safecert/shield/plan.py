@@ -165,7 +165,6 @@ def plan_visits(
     if now > epsilon:
         if est.anytime:
             target, limit = _common_target(est, relevant, epsilon, bound)
-            limit = bound(np.where(relevant, np.maximum(est.visits, MAX_VISITS), est.visits))
         else:
             target = np.where(relevant & est.vacuous, est.n0, est.visits)
             limit = bound(target)
@@ -222,8 +221,8 @@ def plan_shield(
 
 def _common_target(est, relevant, epsilon, bound) -> tuple[np.ndarray, float]:
     """The least N with V̄ ≤ ε when every relevant row has max(visits, N) visits (doubling, then
-    bisection): (target at N, its bound), or (target at :data:`MAX_VISITS`, its bound) when even
-    that is not enough."""
+    bisection), or :data:`MAX_VISITS` when even that is not enough: (target at N, V̄ at
+    :data:`MAX_VISITS`, the limit)."""
 
     def at(n: int) -> np.ndarray:
         return np.where(relevant, np.maximum(est.visits, n), est.visits)
@@ -238,8 +237,7 @@ def _common_target(est, relevant, epsilon, bound) -> tuple[np.ndarray, float]:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if bound(at(mid)) <= epsilon else (mid, hi)
-    target = at(hi)
-    return target, bound(target)
+    return at(hi), top_bound
 
 
 def _prune(est, target, epsilon, bound) -> np.ndarray:

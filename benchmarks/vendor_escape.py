@@ -44,28 +44,13 @@ from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-VENDOR = REPO / "tests" / "blackbox" / "hostile_vendor.py"
+sys.path[:0] = [str(REPO), str(REPO / "src")]
+
+from tests.blackbox.hostile import VENDOR, tagged, wait_until  # noqa: E402
+
 ESCAPEES = ("--fork", "--scrub", "--chain", "3")
 BASE = "af98fa9^"  # the commit before vendors were contained
 REQUEST = b'{"observations": [[0.0, 0.0, 0.1, 0.2]]}\n'
-
-
-def census(tag: str) -> list[int]:
-    """Live (not zombie) processes whose command line carries ``tag``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                state = fh.read().rpartition(b")")[2].split()[0]
-        except OSError:
-            continue
-        if tag.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
 
 
 def session(pid: int) -> int | None:
@@ -80,25 +65,16 @@ def escapees(tag: str, vendor_pid: int) -> int:
     """The vendor's escapees alive now: its processes outside the vendor's session (all four
     escapees call ``setsid``; the supervisor, its pid 1 and the vendor share one session)."""
     own = session(vendor_pid)
-    return sum(1 for pid in census(tag) if session(pid) not in (own, None))
+    return sum(1 for pid in tagged(tag) if session(pid) not in (own, None))
 
 
 def settle(tag: str, seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not census(tag):
+        if not tagged(tag):
             return []
         time.sleep(0.02)
-    return census(tag)
-
-
-def wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
+    return tagged(tag)
 
 
 def clean(pids: list[int]) -> None:
@@ -132,7 +108,7 @@ def one_rep(start: Callable[[list[str]], Any], sig: str, settle_s: float) -> dic
         vendor.stdin.write(REQUEST)
         ok = bool(select.select([vendor.stdout], [], [], 20)[0]) and vendor.stdout.readline()
         # the attack came first; the escapees follow at once: wait until all four exist
-        spawned = wait_for(lambda: escapees(tag, vendor.vendor_pid) >= 4, 10.0)
+        spawned = wait_until(lambda: escapees(tag, vendor.vendor_pid) >= 4, 10.0)
         t0 = time.perf_counter()
         vendor.kill()
         kill_s = time.perf_counter() - t0
@@ -198,8 +174,8 @@ def kill9_rep(sig: str, contain: bool, settle_s: float) -> dict[str, Any]:
     try:
         ready = bool(select.select([holder.stdout], [], [], 30)[0]) and holder.stdout.readline()
         # the holder's own session is the test's; the vendor's session is the supervisor's
-        spawned = wait_for(
-            lambda: len(set(census(tag)) - {holder.pid}) >= 7 - 2 * (not contain), 10.0
+        spawned = wait_until(
+            lambda: len(set(tagged(tag)) - {holder.pid}) >= 7 - 2 * (not contain), 10.0
         )
         t0 = time.perf_counter()
         holder.kill()
@@ -286,7 +262,6 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=2.0, help="bounded wait before counting, s")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    sys.path.insert(0, str(REPO / "src"))
     from safecert import procs
 
     results: dict[str, dict[str, Any]] = {}

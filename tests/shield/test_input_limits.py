@@ -3,6 +3,8 @@ before any work — through the real ``safecert shield certify`` command."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -162,3 +164,35 @@ def test_an_accepted_cell_format_fills_every_cell_with_a_short_label(text):
     for row, col in ((0, 0), (MAX_LAYOUT_SIDE - 1, 7)):
         label = text.format(row=row, col=col)
         assert len(label) <= len(text) + 2 * 99 * text.count("{")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: os.mkfifo(p), "not a regular file (it is a FIFO)"),
+        (lambda p: p.write_text("a" + ".a" * 5000 + " = 1\n"), "more than 64 parts"),
+        (lambda p: p.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n"), "nested over 64"),
+    ],
+)
+def test_an_action_rules_file_is_read_under_the_config_limits(tmp_path, make, says):
+    """``--action-map rules.toml`` goes through the shared TOML reader: a FIFO is refused without
+    blocking, a key or nesting bomb before tomllib sees it."""
+    from safecert.errors import ConfigError
+    from safecert.shield.action_rules import load_action_rules
+
+    path = tmp_path / "rules.toml"
+    make(path)
+    raised: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_action_rules(path)
+        except BaseException as exc:
+            raised.append(exc)
+
+    reader = threading.Thread(target=load, daemon=True)  # a blocked open must not hang the suite
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "load_action_rules blocked"
+    assert len(raised) == 1 and isinstance(raised[0], ConfigError), raised
+    assert says in str(raised[0]) and "--action-map" in str(raised[0])

@@ -315,13 +315,10 @@ def count(
 
     Example: safecert shield count --model examples/payments/model.toml examples/payments/steps.jsonl --out runs/counts.parquet
     """
-    from safecert.shield.counts import count_logs, write_counts
-    from safecert.shield.model import load_model
+    from safecert.shield.counts import count_files
 
-    model = load_model(model_path)
     with _busy(json_out, f"counting {len(logs)} files"):
-        result = count_logs(model, logs)
-    write_counts(result, model, out)
+        result = count_files(model_path, logs, out)
     summary = {
         "out": str(out),
         "steps": result.steps,

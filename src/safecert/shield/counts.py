@@ -42,7 +42,7 @@ import numpy as np
 
 from safecert.errors import ConfigError, DataError
 from safecert.shield.estimate import RowEstimates
-from safecert.shield.model import ShieldModel
+from safecert.shield.model import ShieldModel, load_model
 
 FORMAT = 1
 HEADER_KEY = b"safecert.counts"
@@ -246,6 +246,16 @@ def write_counts(table: CountTable, model: ShieldModel, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(arrow, out)
     return out
+
+
+def count_files(model_path: Path, paths: list[Path], out: Path) -> CountTable:
+    """``safecert shield count``: :func:`count_logs` of ``paths`` for the model at
+    ``model_path``, written to ``out`` (:func:`write_counts`); nothing is written when a file is
+    refused."""
+    model = load_model(model_path)
+    table = count_logs(model, paths)
+    write_counts(table, model, out)
+    return table
 
 
 def read_counts(path: Path, model: ShieldModel) -> CountTable:

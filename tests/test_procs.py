@@ -7,6 +7,7 @@ process that started the vendor is killed with ``kill -9``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -264,7 +265,9 @@ def state(pid: int) -> str:
         return fh.read().rpartition(b")")[2].split()[0].decode()
 
 
+@functools.cache
 def contained_here() -> bool:
+    """Whether the kernel gives vendors a PID namespace here (asked once per test process)."""
     vendor = procs.VendorProcess(["true"])
     vendor.wait(timeout=10)
     vendor.kill()

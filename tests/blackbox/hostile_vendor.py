@@ -116,7 +116,7 @@ def attack(sig: signal.Signals) -> None:
     while pid > 1 and is_supervisor(pid):
         targets.append(pid)
         pid = parent_of(pid)
-    if os.getppid() > 1:
+    if os.getppid() > 1 and is_supervisor(os.getppid()):  # never whoever adopted us instead
         targets.append(os.getppid())
     for target in targets:
         for how in ("kill", "pidfd"):

@@ -138,14 +138,13 @@ def _named(what: str, note: str) -> str:
 
 def _every_cell(cert: Certificate, views: list[Any], cells: list[Any], names: list[str]) -> Section:
     """The sortable table of every cell. A sequential cell shows its decision's own counts and
-    anytime-valid e-process bounds; the stored counts (episodes run after the decision included)
-    follow, marked descriptive. Fixed-N cells show the Table-2 breakdown (Clopper–Pearson)."""
+    anytime-valid e-process bounds (the store holds exactly the episodes before the decision, so
+    these are also the stored counts). Fixed-N cells show the Table-2 breakdown (Clopper–Pearson)."""
     status = [v.status for v in views]
     if isinstance(cert, SequentialCertificate):
         return Section(
             f"Every cell ({len(views)}; click a column to sort): each decision's own counts and its "
-            "anytime-valid e-process bounds at δ'; stored counts include episodes run after the "
-            "decision (descriptive)",
+            "anytime-valid e-process bounds at δ' (episodes run past a decision are not stored)",
             [
                 "cell",
                 *names,
@@ -155,8 +154,6 @@ def _every_cell(cert: Certificate, views: list[Any], cells: list[Any], names: li
                 "e-process UB",
                 "decision",
                 "status",
-                "episodes stored",
-                "failures stored",
             ],
             [
                 [
@@ -168,8 +165,6 @@ def _every_cell(cert: Certificate, views: list[Any], cells: list[Any], names: li
                     _fmt(c.upper_bound),
                     c.decision,
                     _STATUS_WORD.get(v.status, v.word),
-                    str(c.episodes),
-                    str(c.failures),
                 ]
                 for v, c in zip(views, cells, strict=True)
             ],

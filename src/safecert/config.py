@@ -41,15 +41,7 @@ def read_regular_file(path: Path, *, field: str, what: str, max_bytes: int) -> b
     open) and its type is checked again on the open descriptor (no swap between check and read);
     at most ``max_bytes + 1`` bytes are ever read (``/dev/zero`` cannot be read forever)."""
     path = Path(path)
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{path} does not exist", field=field, fix=f"pass an existing {what}"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"{path} cannot be read ({exc.strerror})", field=field) from None
-    _require_regular(path, info, field, what)
+    require_regular_file(path, field=field, what=what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -72,6 +64,21 @@ def read_regular_file(path: Path, *, field: str, what: str, max_bytes: int) -> b
         raise ConfigError(f"{path} cannot be read ({exc.strerror})", field=field) from None
     finally:
         os.close(fd)
+
+
+def require_regular_file(path: Path, *, field: str, what: str) -> None:
+    """Refuse ``path`` in one :class:`ConfigError` line on ``field`` unless it is a regular file:
+    a missing path "does not exist", a folder "is a directory", a FIFO, socket or device "is not a
+    regular file (it is a FIFO)". Follows symbolic links, as opening the file would."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path} does not exist", field=field, fix=f"pass an existing {what}"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror})", field=field) from None
+    _require_regular(path, info, field, what)
 
 
 _KINDS = (

@@ -426,6 +426,19 @@ def test_a_policy_file_that_is_a_folder_or_a_device_is_not_called_missing(tmp_pa
 
 
 @pytest.mark.parametrize(
+    ("artifact", "said"),
+    [
+        ("/dev/zero", "is not a regular file (it is a character device)"),
+        (".", "is a directory"),
+        ("gone.bin", "does not exist"),
+    ],
+)
+def test_an_artifact_that_is_a_device_or_a_folder_is_not_called_missing(tmp_path, artifact, said):
+    path = config(tmp_path, top=f'artifacts = ["{artifact}"]')
+    refused(run_cli("certify", path, "--out", tmp_path / "o"), "artifacts[0]", said)
+
+
+@pytest.mark.parametrize(
     ("headers", "field", "said"),
     [
         ('headers = {X-Key = "a\\nb"}', "headers.X-Key", "line break"),

@@ -22,6 +22,7 @@ from safecert.blackbox.config import RunConfig, load_run_config
 from safecert.blackbox.grid import NOMINAL, Family
 from safecert.blackbox.jobs import EpisodeJob, make_jobs
 from safecert.blackbox.oracles import OracleSpec, parse_oracle_spec
+from safecert.config import require_regular_file
 from safecert.document import FileDigest, file_digest
 from safecert.errors import ConfigError
 
@@ -194,12 +195,11 @@ def input_digests(
     for i, name in enumerate(config.artifacts):
         path = Path(name).expanduser()
         path = path if path.is_absolute() else base_dir / path
-        if not path.is_file():
-            raise ConfigError(
-                f"{path} does not exist",
-                field=f"artifacts[{i}]",
-                fix="list files the policy loads (paths relative to the config's folder)",
-            )
+        require_regular_file(
+            path,
+            field=f"artifacts[{i}]",
+            what="file the policy loads (relative to the config's folder)",
+        )
         add("artifact", path)
     module = env_module_file(config, base_dir)
     if module is not None:

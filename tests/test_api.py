@@ -44,7 +44,8 @@ def test_import_is_lazy_and_exports_the_api():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("[] ")
-    for name in ("certify_blackbox", "synthesize_shield", "certify_shield", "verify_bnn", "verify"):
+    names = ("certify_blackbox", "synthesize_shield", "certify_shield", "plan_shield", "count_logs")
+    for name in (*names, "verify_bnn", "verify"):
         assert name in out.stdout and callable(getattr(safecert, name))
     with pytest.raises(AttributeError):
         safecert.no_such_function  # noqa: B018
@@ -100,6 +101,27 @@ def test_shield_synthesize_then_certify(tmp_path):
         assert safecert.verify(tmp_path / run / "certificate.json", logs=logs).ok
     with pytest.raises(ConfigError, match=r"^epsilon: "):
         safecert.certify_shield(model, logs, epsilon=2.0, out=tmp_path / "bad")
+
+
+def test_shield_count_tables_plan_and_anytime_certificate(tmp_path):
+    """count_logs → certify_shield(counts=…) gives the bound certify gives on the logs themselves
+    (anytime sets both), verify re-sums the table, and plan_shield's bound_now is that bound."""
+    model, logs = EXAMPLES / "shield" / "grid.toml", EXAMPLES / "shield" / "grid_logs.jsonl"
+    table = safecert.count_logs(model, [logs], tmp_path / "grid.parquet")
+    assert table.steps > 0 and (tmp_path / "grid.parquet").is_file()
+    from_counts = safecert.certify_shield(
+        model,
+        None,
+        counts=[tmp_path / "grid.parquet"],
+        anytime=True,
+        out=tmp_path / "c",
+        report=False,
+    )
+    from_logs = safecert.certify_shield(model, logs, anytime=True, out=tmp_path / "l", report=False)
+    assert from_counts.result.bound == from_logs.result.bound
+    assert safecert.verify(tmp_path / "c" / "certificate.json").ok
+    plan = safecert.plan_shield(model, logs, epsilon=0.05, anytime=True)
+    assert plan.bound_now == from_logs.result.bound and plan.confidence == "anytime"
 
 
 def test_verify_bnn_from_a_dict(tmp_path):

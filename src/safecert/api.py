@@ -17,7 +17,7 @@ See ``docs/python-api.md`` for worked examples of all three engines.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,16 @@ if TYPE_CHECKING:
         SequentialCertificate,
         ShieldCertificate,
     )
+    from safecert.shield.counts import CountTable
+    from safecert.shield.plan import VisitPlan
     from safecert.verification import VerificationReport
 
 __all__ = [
     "certify_blackbox",
     "certify_shield",
+    "count_logs",
     "load_certificate",
+    "plan_shield",
     "synthesize_shield",
     "verify",
     "verify_bnn",
@@ -113,13 +117,15 @@ def certify_blackbox(
 
 def synthesize_shield(
     model: str | Path,
-    logs: str | Path,
+    logs: str | Path | None,
     *,
     epsilon: float,
     out: str | Path,
     method: str = "greedy",
     rho_min: float = 1e-3,
     sign_key: str | Path | None = None,
+    anytime: bool = False,
+    counts: Sequence[str | Path] = (),
     report: bool = True,
 ) -> ShieldCertificate:
     """Synthesize the least-restrictive shield whose certified bound V̄_T(s0) is ≤ ``epsilon``
@@ -128,18 +134,23 @@ def synthesize_shield(
     ``method``: ``greedy`` (the paper's Alg. 1), ``additive`` or ``robust_q``. Guarantee
     (docs/shield.md): with confidence 1 − δ, every controller the shield admits reaches an unsafe
     state within T calls with probability ≤ V̄_T(s0) ≤ ε, if the logs are Markov in the model's
-    abstraction (``safecert shield diagnose`` tests that)."""
+    abstraction (``safecert shield diagnose`` tests that).
+
+    ``counts``: count tables written by :func:`count_logs`, instead of or beside ``logs`` (then
+    confidence sets are anytime, ``anytime=True``: counts keep no order for the committed rule)."""
     require_extra("shield")  # before anything is written
     from safecert.shield.certify import synthesize_shield as run
 
     made = run(
         Path(model),
-        Path(logs),
+        _optional_path(logs),
         Path(out),
         epsilon=epsilon,
         method=method,
         rho_min=rho_min,
-        sign_key=None if sign_key is None else Path(sign_key),
+        sign_key=_optional_path(sign_key),
+        anytime=anytime,
+        counts=[Path(c) for c in counts] or None,
     )
     _report(Path(out) / "certificate.json", report)
     return made.certificate
@@ -147,30 +158,74 @@ def synthesize_shield(
 
 def certify_shield(
     model: str | Path,
-    logs: str | Path,
+    logs: str | Path | None,
     *,
     out: str | Path,
     shield: str | Path | None = None,
     epsilon: float | None = None,
     sign_key: str | Path | None = None,
+    anytime: bool = False,
+    counts: Sequence[str | Path] = (),
     report: bool = True,
 ) -> ShieldCertificate:
     """Certify a given shield (``shield.json`` or a shield certificate; default: the full shield)
     and return its certificate: verdict PASS/FAIL against ``epsilon``, BOUND without one. Same
-    guarantee as :func:`synthesize_shield`."""
+    guarantee, ``anytime`` and ``counts`` as :func:`synthesize_shield`."""
     require_extra("shield")  # before anything is written
     from safecert.shield.certify import certify_shield as run
 
     made = run(
         Path(model),
-        Path(logs),
+        _optional_path(logs),
         Path(out),
-        shield_path=None if shield is None else Path(shield),
+        shield_path=_optional_path(shield),
         epsilon=epsilon,
-        sign_key=None if sign_key is None else Path(sign_key),
+        sign_key=_optional_path(sign_key),
+        anytime=anytime,
+        counts=[Path(c) for c in counts] or None,
     )
     _report(Path(out) / "certificate.json", report)
     return made.certificate
+
+
+def plan_shield(
+    model: str | Path,
+    logs: str | Path | None,
+    *,
+    epsilon: float,
+    shield: str | Path | None = None,
+    anytime: bool = False,
+    counts: Sequence[str | Path] = (),
+) -> VisitPlan:
+    """How many more logged visits each (state, action) row needs for the shield (default: the
+    full shield) to certify V̄_T(s0) ≤ ``epsilon``, read from the logs as :func:`certify_shield`
+    reads them; ``plan.bound_if_met`` is the bound certify would give on logs with the planned
+    counts. Writes nothing."""
+    require_extra("shield")
+    from safecert.shield.plan import plan_shield as run
+
+    return run(
+        Path(model),
+        _optional_path(logs),
+        epsilon,
+        shield_path=_optional_path(shield),
+        anytime=anytime,
+        counts=[Path(c) for c in counts] or None,
+    )
+
+
+def count_logs(model: str | Path, logs: Sequence[str | Path], out: str | Path) -> CountTable:
+    """Count the transitions of ``logs`` (JSON Lines or Parquet, read out of core) for ``model``
+    into a mergeable Parquet count table at ``out``; pass it to :func:`certify_shield` as
+    ``counts``. Nothing is written when a file is refused."""
+    require_extra("shield")
+    from safecert.shield.counts import count_files
+
+    return count_files(Path(model), [Path(p) for p in logs], Path(out))
+
+
+def _optional_path(path: str | Path | None) -> Path | None:
+    return None if path is None else Path(path)
 
 
 def verify_bnn(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from safecert.bnn.bounds import interval_affine, lp_tighten, widen
+from safecert.bnn.bounds import LayerBounds, interval_affine, lp_tighten, network_bounds, widen
 from safecert.bnn.networks import ReluNetwork
 from safecert.bnn.solvers import Milp
 from safecert.bnn.spec import WeightBox
@@ -120,10 +120,20 @@ def _sign_split(milp: Milp, x: Bounded, need: np.ndarray) -> tuple[np.ndarray, n
 
 
 def interval_layer(
-    milp: Milp, x: Bounded, w_lo: np.ndarray, w_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray
+    milp: Milp,
+    x: Bounded,
+    w_lo: np.ndarray,
+    w_hi: np.ndarray,
+    b_lo: np.ndarray,
+    b_hi: np.ndarray,
+    known: LayerBounds | None = None,
 ) -> Bounded:
-    """Pre-activations ``z = x @ W + b`` for every ``W ∈ [w_lo, w_hi]``, ``b ∈ [b_lo, b_hi]`` (exact)."""
+    """Pre-activations ``z = x @ W + b`` for every ``W ∈ [w_lo, w_hi]``, ``b ∈ [b_lo, b_hi]`` (exact);
+    the column bounds are the interval ones intersected with ``known`` (sound bounds of ``z`` from
+    elsewhere, e.g. :func:`~safecert.bnn.bounds.crown_bounds`)."""
     z_lo, z_hi = interval_affine(x.lo, x.hi, w_lo, w_hi, b_lo, b_hi)
+    if known is not None:
+        z_lo, z_hi = np.maximum(z_lo, known.z_lo), np.minimum(z_hi, known.z_hi)
     z = new_vars(milp, z_lo, z_hi)
     wide = w_lo < w_hi  # (in, out)
     pos, neg = _sign_split(milp, x, np.asarray(wide.any(axis=1)))
@@ -180,15 +190,19 @@ def encode_network(
 ) -> NetworkEncoding:
     """Encode ``out = net_W(x)`` for all ``W`` in the box (a plain network is a one-point box).
 
-    With ``tighten``, each hidden layer's unstable pre-activation bounds are tightened by the LP
-    relaxation of everything encoded so far (fewer binaries, smaller big-M) before its ReLU.
+    Every layer's bounds are the interval ones intersected with the CROWN-style bounds over the
+    input box (:func:`~safecert.bnn.bounds.network_bounds`): smaller big-M constants, and every
+    neuron they prove stable needs no binary. With ``tighten``, each hidden layer's unstable
+    pre-activation bounds are then tightened by the LP relaxation of everything encoded so far
+    before its ReLU.
     """
     box = net if isinstance(net, WeightBox) else WeightBox.point(net)
+    known = network_bounds(box, x.lo, x.hi)
     pre: list[Bounded] = []
     a = x
     last = len(box.lower) - 1
     for k, ((wl, bl), (wu, bu)) in enumerate(zip(box.lower, box.upper, strict=True)):
-        z = interval_layer(milp, a, wl, wu, bl, bu)
+        z = interval_layer(milp, a, wl, wu, bl, bu, known[k])
         if k < last and tighten:
             z = tighten_columns(milp, z)
         pre.append(z)

@@ -36,6 +36,8 @@ from safecert.errors import ConfigError, DataError
 Layer = tuple[np.ndarray, np.ndarray]
 
 BENCHMARK_POLICIES = ("lds", "lds_all", "pend", "pend_all", "car", "car_all")
+#: the 3-D and 4-D systems' policies (trained by ``benchmarks/bnn_scale_train.py``, issue 25.5)
+SCALE_POLICIES = ("lane", "cartpole")
 
 
 def forward(layers: Sequence[Layer], x: np.ndarray) -> np.ndarray:
@@ -374,12 +376,13 @@ def read_policy_file(path: str | Path) -> ReluNetwork:
 
 
 def load_policy(name: str) -> ReluNetwork:
-    """One of the six published mean-weight policies shipped as package data."""
-    if name not in BENCHMARK_POLICIES:
+    """One of the mean-weight policies shipped as package data: the six published ones and the
+    3-D / 4-D ones (``SCALE_POLICIES``)."""
+    if name not in (*BENCHMARK_POLICIES, *SCALE_POLICIES):
         raise ConfigError(
             f"unknown benchmark policy {name!r}",
             field="benchmark",
-            fix=f"use one of {BENCHMARK_POLICIES}",
+            fix=f"use one of {(*BENCHMARK_POLICIES, *SCALE_POLICIES)}",
         )
     ref = resources.files("safecert.bnn").joinpath("data", f"{name}.npz")
     with resources.as_file(ref) as path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from safecert.bnn.config import BnnConfig
-from safecert.bnn.networks import BENCHMARK_POLICIES
+from safecert.bnn.networks import BENCHMARK_POLICIES, SCALE_POLICIES
 from safecert.bnn.search import search_plan
 from safecert.bnn.system import benchmark_tables, build_system
 from safecert.config import parse_model, read_toml
@@ -35,8 +35,9 @@ def check_config(cfg: BnnConfig) -> None:
 
 
 #: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
-#: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6)
-BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04")
+#: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6), and the 3-D lane keeping
+#: and 4-D cart-pole systems (``lane``, ``cartpole``; σ = 0.1 on the output layer, as ``lds``)
+BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04", *SCALE_POLICIES)
 
 
 def benchmark_config(name: str, **overrides: object) -> BnnConfig:
@@ -59,7 +60,9 @@ def benchmark_config(name: str, **overrides: object) -> BnnConfig:
         "dynamics": tables["dynamics"],
         "sets": tables["sets"],
         "bayesian": {"sigma": 0.05 if policy.endswith("_all") else 0.1, "first_layer": 1},
-        "invariant": {"hidden": [32] if system == "car" else [12]},
+        "invariant": {
+            "hidden": [32] if system == "car" else [16] if policy in SCALE_POLICIES else [12]
+        },
     }
     data.update(overrides)
     cfg = parse_model(BnnConfig, data)

@@ -2,7 +2,9 @@
 
 Exactly the documented keys plus these documented additions (docs/blackbox.md):
 
-- top level: ``batch_size`` (env copies stepped in lockstep per worker, one oracle call per step),
+- top level: ``batch_size`` (rows per oracle call), ``lockstep`` (K: a worker steps K ×
+  ``batch_size`` episodes together, one oracle call per ``batch_size`` rows; the calls of a step
+  travel to a policy worker in one round trip; default 16 for a policy in a policy worker, else 1),
   ``workers`` (default: ``os.cpu_count()``), ``env_kwargs``, ``headers``, ``timeout_s``,
   ``retries``, ``batched``, ``range_episodes`` (rollouts of the reference policy used to estimate
   unbounded observation ranges when ``envelope.obs_ranges = "estimate"``), ``artifacts`` (files the policy loads that the policy string
@@ -293,6 +295,7 @@ class RunConfig(BaseModel):
     seed: int = Field(0, ge=0)
     max_steps: int | None = Field(None, ge=1, le=100_000_000)
     batch_size: int = Field(1, ge=1, le=4096)
+    lockstep: int | None = Field(None, ge=1, le=1024)
     workers: int | None = Field(None, ge=1)
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
@@ -325,12 +328,12 @@ class RunConfig(BaseModel):
 def certified_parameters(config: RunConfig) -> dict[str, Any]:
     """The config as it goes into ``certificate.parameters``.
 
-    Execution-only settings (``workers``, ``batch_size``, ``headers`` which may hold secrets,
-    ``timeout_s``, ``retries``) are left out: they cannot change the outcome of an episode, so
+    Execution-only settings (``workers``, ``batch_size``, ``lockstep``, ``headers`` which may
+    hold secrets, ``timeout_s``, ``retries``) are left out: they cannot change the outcome of an episode, so
     certificates stay bit-identical across them.
     """
     data = config.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for key in ("workers", "batch_size", "headers", "timeout_s", "retries"):
+    for key in ("workers", "batch_size", "lockstep", "headers", "timeout_s", "retries"):
         data.pop(key, None)
     return data
 

@@ -172,8 +172,12 @@ class Channel:
         return bool(data)
 
     # -- one round trip -----------------------------------------------------------------------
-    def round_trip(self, payload: bytes) -> bytes:
-        """Send one request line (``payload`` without its newline); return the reply line."""
+    def round_trip(self, payload: bytes, timeout_s: float | None = None) -> bytes:
+        """Send one request line (``payload`` without its newline); return the reply line.
+
+        ``timeout_s``: this call's deadline when it is not the channel's (a request that carries
+        several policy calls gets the sum of theirs)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         proc = self._proc
         grace = 0.0
         if proc is None or proc.poll() is not None:
@@ -182,11 +186,13 @@ class Channel:
             proc = self._start()
             grace = STARTUP_GRACE_S
             if self.handshake:  # start-up ends at the child's ready line, not at the reply
-                self.ready_line = self._exchange(proc, b"", grace)
+                self.ready_line = self._exchange(proc, b"", grace, self.timeout_s)
                 grace = 0.0
-        return self._exchange(proc, payload + b"\n", grace)
+        return self._exchange(proc, payload + b"\n", grace, timeout)
 
-    def _exchange(self, proc: procs.VendorProcess, payload: bytes, grace: float) -> bytes:
+    def _exchange(
+        self, proc: procs.VendorProcess, payload: bytes, grace: float, timeout_s: float
+    ) -> bytes:
         """Write ``payload`` (may be empty) and read one line, all within the deadline."""
         out = memoryview(payload)
         if out:  # the pipe almost always takes a request at once: no select before the write
@@ -196,7 +202,7 @@ class Channel:
                 pass
             except OSError:
                 raise self._crashed(proc, "closed its input") from None
-        deadline = time.monotonic() + self.timeout_s + grace
+        deadline = time.monotonic() + timeout_s + grace
         readers = [proc.stdout, proc.stderr]
         buf = bytearray(self._buf)  # appended in place; only new bytes are searched for "\n"
         newline = buf.find(b"\n")
@@ -207,7 +213,7 @@ class Channel:
                 # no measured times in the reason: it is part of the episode's (reproducible) record
                 extra = f"; start-up grace {grace:g}s" if grace else ""
                 raise ChannelFailure(
-                    f"no complete reply within {self.timeout_s:g}s (deadline of the whole "
+                    f"no complete reply within {timeout_s:g}s (deadline of the whole "
                     f"call{extra}); {self.what} killed, restarted on the next call"
                 )
             writers = [proc.stdin] if out else []
@@ -228,7 +234,7 @@ class Channel:
                 if not data:
                     raise self._crashed(proc, "exited")
                 if grace:  # start-up is over at the first byte: the reply itself gets timeout_s
-                    deadline = min(deadline, time.monotonic() + self.timeout_s)
+                    deadline = min(deadline, time.monotonic() + timeout_s)
                     grace = 0.0
                 found = data.find(b"\n")
                 newline = -1 if found < 0 else len(buf) + found

@@ -22,22 +22,26 @@ from safecert.stats.sequential_plan import make_rule
 from tests.blackbox.streaming_helpers import Watched, check_overshoot, coin_run
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_overshoot_is_at_most_the_episodes_in_flight(tmp_path, workers):
+@pytest.mark.parametrize(("workers", "lockstep"), [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_overshoot_is_at_most_the_episodes_in_flight(tmp_path, workers, lockstep):
     """Whatever the timing (a tenth of the episodes are slow), the episodes of a cell handed out at
-    or after its decision point number at most workers × batch_size; the store holds exactly the
-    episodes before it; the run statistic says how many ran past it."""
+    or after its decision point number at most workers × batch_size × lockstep; the store holds
+    exactly the episodes before it; the run statistic says how many ran past it."""
     batch = 3
     config = coin_run(tmp_path, batch_size=batch, slow_p=0.1)
+    config.write_text(
+        config.read_text().replace("batch_size", f"lockstep = {lockstep}\nbatch_size")
+    )
     with LocalBackend(workers) as local:
         backend = Watched(local)
         cert = certify_sequential(config, tmp_path / "out", backend, False, False)
-    check_overshoot(tmp_path / "out", cert, backend.issued, workers * batch)
+    check_overshoot(tmp_path / "out", cert, backend.issued, workers * batch * lockstep)
     if workers == 1:  # in-process: the chunk each decision fell in ran whole
+        chunk = batch * lockstep
         for d in cert.result.sequential.cells:
             tau = d.episodes_used
             past = [i for c, i in backend.issued if c == d.cell and i >= tau]
-            assert len(past) == min(-tau % batch, 400 - tau)
+            assert len(past) == min(-tau % chunk, 400 - tau)
 
 
 def test_same_certificate_whatever_the_workers_and_batch(tmp_path):

@@ -2,7 +2,9 @@
 
 A :class:`RunContext` (picklable) is everything a worker needs to build its oracle and the wrapped
 environments of every cell. :class:`Worker` builds them once, lazily, and runs chunks of jobs of
-one cell with :func:`safecert.blackbox.rollout.run_lockstep` on ``batch_size`` env copies.
+one cell with :func:`safecert.blackbox.rollout.run_lockstep` on :func:`episodes_per_worker` env
+copies (``lockstep`` × ``batch_size``: one oracle call per ``batch_size`` rows, the calls of a
+step in one round trip to a policy worker).
 :class:`LocalBackend` runs chunks in-process (``workers = 1``) or on a ``forkserver`` process pool
 and yields records in completion order: a fixed list (:meth:`LocalBackend.run`) or the chunks a
 :class:`JobSource` hands out as workers free up (:meth:`LocalBackend.stream`: the sequential
@@ -29,7 +31,7 @@ import numpy as np
 from safecert import procs
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
-from safecert.blackbox.oracles import Oracle, OracleSpec, make_oracle
+from safecert.blackbox.oracles import Oracle, OracleSpec, lockstep_calls, make_oracle
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,28 @@ class RunContext:
     cells: tuple[dict[str, Any], ...]
     obs_ranges: tuple[float, ...] | None
     oracle: OracleSpec
+
+
+#: K when the config names no ``lockstep`` and the policy runs in a policy worker: a step's 16
+#: calls share one pipe round trip (≈ 30 µs on an idle core, 200 µs under load) instead of paying
+#: one each; a cheap simulator step costs ≈ 20 µs (benchmarks/RESULTS_speed.md)
+LOCKSTEP_IN_WORKER = 16
+
+
+def lockstep(config: RunConfig, oracle: OracleSpec) -> int:
+    """K, the episodes a worker steps together per ``batch_size`` rows: ``config.lockstep``, else
+    :data:`LOCKSTEP_IN_WORKER` for a policy in a policy worker (a round trip per step to save)
+    and 1 for every other policy (in-process, ONNX, ``exec:``, HTTP: a call costs the same
+    alone). Never changes an outcome: each row is its own oracle call either way."""
+    if config.lockstep is not None:
+        return config.lockstep
+    return LOCKSTEP_IN_WORKER if oracle.in_worker else 1
+
+
+def episodes_per_worker(ctx: RunContext) -> int:
+    """The episodes one worker runs at once: ``lockstep`` × ``batch_size`` (its env copies per
+    cell; in flight per worker in a sequential run)."""
+    return lockstep(ctx.config, ctx.oracle) * ctx.config.batch_size
 
 
 class JobSource(Protocol):
@@ -94,15 +118,20 @@ class Worker:
         self.ctx = ctx
         self._owns_oracle = oracle is None
         self.oracle = make_oracle(ctx.oracle) if oracle is None else oracle
+        self.calls = lockstep_calls(self.oracle)
+        self.copies = episodes_per_worker(ctx)
         self.envs: dict[int, list] = {}
         self._colocation = ExitStack()
 
-    def _envs(self, cell: int) -> list:
-        if cell not in self.envs:
+    def _envs(self, cell: int, jobs: int) -> list:
+        """The cell's env copies for a chunk of ``jobs`` episodes: made as first needed, at most
+        :func:`episodes_per_worker`."""
+        envs = self.envs.setdefault(cell, [])
+        if len(envs) < min(jobs, self.copies):
             from safecert.blackbox.rollout import build_cell_env
 
             ranges = self.ctx.obs_ranges
-            self.envs[cell] = [
+            envs.extend(
                 build_cell_env(
                     self.ctx.config,
                     Path(self.ctx.base_dir),
@@ -110,9 +139,9 @@ class Worker:
                     None if ranges is None else np.asarray(ranges, dtype=float),
                     self.oracle.act,
                 )
-                for _ in range(self.ctx.config.batch_size)
-            ]
-        return self.envs[cell]
+                for _ in range(min(jobs, self.copies) - len(envs))
+            )
+        return envs[: max(1, min(jobs, self.copies))]
 
     def run(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
         """Run ``jobs`` (grouped by cell) on this worker's env copies; with the policy and
@@ -123,8 +152,15 @@ class Worker:
         out: list[EpisodeRecord] = []
         with colocated():
             for cell, group in groupby(jobs, key=lambda j: j.cell):
+                cell_jobs = list(group)
                 out.extend(
-                    run_lockstep(self._envs(cell), list(group), self.oracle.act, self.ctx.config)
+                    run_lockstep(
+                        self._envs(cell, len(cell_jobs)),
+                        cell_jobs,
+                        self.oracle.act,
+                        self.ctx.config,
+                        calls=self.calls,
+                    )
                 )
         return out
 
@@ -202,7 +238,8 @@ class LocalBackend:
     next call opens a fresh one. Outcomes depend only on the seeds, so records never depend on
     the pool's life.
 
-    :meth:`run` chunks hold ``chunk_episodes`` episodes (default: 4 × batch_size, at least 8) so
+    :meth:`run` chunks hold ``chunk_episodes`` episodes (default: 4 × :func:`episodes_per_worker`,
+    at least 8) so
     that records reach the store — and the progress bar — steadily; two chunks per worker are kept
     in flight. :meth:`stream` runs the chunks its source hands out, ``source.per_worker`` per
     worker.
@@ -246,7 +283,7 @@ class LocalBackend:
         return self.requested or ctx.config.workers or os.cpu_count() or 1
 
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
-        size = self.chunk_episodes or max(8, 4 * ctx.config.batch_size)
+        size = self.chunk_episodes or max(8, 4 * episodes_per_worker(ctx))
         return self.stream(ListSource(jobs, size), ctx)
 
     def stream(self, source: JobSource, ctx: RunContext) -> Generator[EpisodeRecord]:

@@ -18,6 +18,7 @@ does too. The cost and the goal are the run's spec expressions (:mod:`safecert.b
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from safecert.blackbox.envelope import (
 )
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import OracleFailure
+from safecert.blackbox.oracles.base import CallResult, Calls, call_groups, each_call
 from safecert.blackbox.spec import EpisodeSpec, compile_spec, step_scope
 from safecert.errors import ConfigError
 from safecert.expressions import EvalError
@@ -197,8 +199,16 @@ def run_lockstep(
     config: RunConfig,
     *,
     strict: bool = False,
+    calls: Calls | None = None,
 ) -> Iterator[EpisodeRecord]:
-    """Run ``jobs`` on the B = ``len(envs)`` copies in lockstep; yield records as episodes end.
+    """Run ``jobs`` on the ``len(envs)`` copies in lockstep; yield records as episodes end.
+
+    ``calls``: how a step's observations reach the policy (:data:`Calls`): one oracle call per
+    ``config.batch_size`` live rows, all of a step's calls together (one round trip to a policy
+    worker); a failed call ends the episodes of its rows only. Without ``calls``, every live row
+    goes to ``policy`` in one call. The action checks run once over the whole step when every
+    call's reply has one dtype and row shape (the checks are row by row, so the actions are the
+    same as checking each call alone).
 
     A spec that cannot be evaluated (a missing key, an index outside the observation) ends the
     episode as a failure of kind ``spec``; with ``strict`` it raises :class:`SpecFailure`
@@ -208,6 +218,11 @@ def run_lockstep(
     spec = episode_spec(config)
     rule = config.spec.action_out_of_space
     max_steps = config.max_steps
+    if calls is None:
+        step_calls: Calls = partial(each_call, policy)
+        size = max(1, len(envs))  # every live row in one call
+    else:
+        step_calls, size = calls, config.batch_size
 
     seen_keys: set[Any] = set()
 
@@ -256,34 +271,35 @@ def run_lockstep(
     shared = all(env.action_space == space for env in envs[1:])
     box = BoxBatch(space) if shared and isinstance(space, spaces.Box) else None
     discrete = DiscreteBatch(space) if shared and isinstance(space, spaces.Discrete) else None
+
+    def accept(actions: np.ndarray) -> Sequence[Any] | None:
+        """The rows as actions when every one already is an action of the space (no per-row
+        check needed: the same actions either way), else None."""
+        if box is not None and box.ok(actions):
+            return actions
+        if discrete is not None:
+            return discrete.actions(actions)
+        return None
+
     while True:
         running = [(i, ep) for i, ep in enumerate(slots) if ep is not None]
         if not running:
             return
         n = len(running)
         batch = running[0][1].obs[None] if n == 1 else np.stack([ep.obs for _, ep in running])
-        try:
-            actions = np.asarray(policy(batch))
-            if actions.ndim == 0 or actions.shape[0] != n:
-                raise OracleFailure(f"expected {n} action rows, got shape {actions.shape}")
-        except OracleFailure as exc:
-            for i, ep in running:
-                yield record(ep, False, False, exc.reason)
-                yield from fill(i)
-            continue
-        # every row already an action of the space: no per-row check (same actions either way)
-        accepted: Sequence[Any] | None = None
-        if box is not None and box.ok(actions):
-            accepted = actions
-        elif discrete is not None:
-            accepted = discrete.actions(actions)
+        results = step_calls(batch, size)
+        raw, accepted, failed = _step_actions(results, n, size, accept)
         for row, (i, ep) in enumerate(running):
             env = envs[i]
+            if failed is not None and failed[row] is not None:
+                yield record(ep, False, False, failed[row])
+                yield from fill(i)
+                continue
             try:
                 action = (
                     accepted[row]
-                    if accepted is not None
-                    else to_action(env.action_space, actions[row], rule)
+                    if accepted is not None and accepted[row] is not _UNCHECKED
+                    else to_action(env.action_space, raw[row], rule)
                 )
                 obs, reward, terminated, truncated, info = env.step(action)
                 reward = float(reward)
@@ -321,3 +337,60 @@ def run_lockstep(
             if terminated or truncated:
                 yield record(ep, bool(terminated), bool(truncated), None)
                 yield from fill(i)
+
+
+#: a row whose call's reply was not accepted whole: :func:`to_action` judges it alone
+_UNCHECKED = object()
+
+
+def _step_actions(
+    results: Sequence[CallResult],
+    n: int,
+    size: int,
+    accept: Callable[[np.ndarray], Sequence[Any] | None],
+) -> tuple[Any, Sequence[Any] | None, list[str | None] | None]:
+    """One step's replies as rows: (raw rows, accepted actions or None, per-row failure reasons
+    or None).
+
+    When every call succeeded with ``size`` rows (the last: the rest) of one dtype and row shape,
+    the replies are checked at once (``accept``); otherwise call by call, and a failed call (or a
+    reply with the wrong number of rows) fails the rows it held."""
+    groups = call_groups(n, size)
+    if len(results) != len(groups):
+        raise AssertionError(f"{len(results)} replies for {len(groups)} calls")
+    first = results[0]
+    if isinstance(first, np.ndarray) and first.ndim and _same_kind(results, groups):
+        actions = first if len(results) == 1 else np.concatenate(results)
+        return actions, accept(actions), None
+    raw: list[Any] = [None] * n
+    accepted: list[Any] = [_UNCHECKED] * n
+    failed: list[str | None] = [None] * n
+    for rows, result in zip(groups, results, strict=True):
+        if isinstance(result, np.ndarray) and (result.ndim == 0 or result.shape[0] != len(rows)):
+            result = OracleFailure(f"expected {len(rows)} action rows, got shape {result.shape}")
+        if isinstance(result, OracleFailure):
+            failed[rows.start : rows.stop] = [result.reason] * len(rows)
+            continue
+        ok = accept(result)
+        for j, row in enumerate(rows):
+            raw[row] = result[j]
+            if ok is not None:
+                accepted[row] = ok[j]
+    return raw, accepted, failed
+
+
+def _same_kind(results: Sequence[CallResult], groups: Sequence[range]) -> bool:
+    """Every result is an array with its call's rows, of the first one's dtype and row shape."""
+    first = results[0]
+    assert isinstance(first, np.ndarray)
+    dtype, shape = first.dtype, first.shape[1:]
+    for result, rows in zip(results, groups, strict=True):
+        if not (
+            isinstance(result, np.ndarray)
+            and result.ndim
+            and result.shape[0] == len(rows)
+            and result.dtype == dtype
+            and result.shape[1:] == shape
+        ):
+            return False
+    return True

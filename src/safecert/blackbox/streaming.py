@@ -15,9 +15,11 @@ certificate built from it are the same bytes however the run was executed, and `
 re-derives τ from the stored outcomes. Deciding in completion order instead would make τ — and
 the certificate — depend on which worker was faster.
 
-**Overshoot.** A cell receives chunks of at most ``batch_size`` consecutive indices, only while it
-is undecided, and only below f + ``window`` (window = workers × batch_size, the backend's
-in-flight capacity with one chunk per worker). Every index handed out before the decision is
+**Overshoot.** A cell receives chunks of at most ``batch_size`` consecutive indices (a worker's
+episodes at once: the run config's ``batch_size`` × ``lockstep``,
+:func:`~safecert.blackbox.backends.episodes_per_worker`), only while it is undecided, and only
+below f + ``window`` (window = workers × that, the backend's in-flight capacity with one chunk per
+worker). Every index handed out before the decision is
 < f + window ≤ τ − 1 + window, so at most window − 1 episodes of a cell start after its decision
 point, however slow one worker is (a straggler at the frontier holds the window, not the other
 workers' results). Those episodes — the overshoot — are not evidence: their records are dropped
@@ -73,7 +75,8 @@ class CellStreams:
     """The sequential run's job source (module docstring).
 
     ``stored``: each cell's records already in the store (a resumed run), ``stage1``: the cell that
-    runs alone first, ``window``: workers × batch_size of the backend that runs it."""
+    runs alone first, ``batch_size``: the episodes of one chunk (one worker's at once), ``window``:
+    workers × batch_size of the backend that runs it."""
 
     per_worker = 1
 

@@ -44,14 +44,17 @@ import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Literal, cast
 
 from safecert.blackbox.oracles.base import (
+    Calls,
     Oracle,
     OracleFailure,
     check_actions,
     decode_reply,
+    each_call,
     encode_request,
 )
 from safecert.errors import ConfigError
@@ -59,6 +62,7 @@ from safecert.extras import POLICY_SCHEMES, require_extra
 from safecert.usercode import INTERPRETERS, command_program, split_command
 
 __all__ = [
+    "Calls",
     "Oracle",
     "OracleFailure",
     "OracleSpec",
@@ -66,6 +70,7 @@ __all__ = [
     "decode_reply",
     "encode_request",
     "expand_env",
+    "lockstep_calls",
     "make_oracle",
     "parse_oracle_spec",
 ]
@@ -257,6 +262,15 @@ def make_oracle(spec: OracleSpec) -> Oracle:
 
         return TorchScriptOracle(spec)
     raise ConfigError(f"unknown oracle kind {spec.kind!r}", field="policy")
+
+
+def lockstep_calls(oracle: Oracle) -> Calls:
+    """How a lockstep step reaches ``oracle``: every call of the step in one round trip to a
+    policy worker (:meth:`.exec_oracle.ExecOracle.act_calls`), else one ``act`` per call."""
+    act_calls = getattr(oracle, "act_calls", None)
+    if act_calls is not None:
+        return act_calls
+    return partial(each_call, oracle.act)
 
 
 def _check_python_target(rest: str, base: Path) -> tuple[str, str, tuple[str, ...]]:

@@ -53,6 +53,32 @@ class Oracle(Protocol):
         """Release processes, sessions and connections; safe to call twice."""
 
 
+#: one policy call of a lockstep step: its actions, or the failure that ended it
+CallResult = np.ndarray | OracleFailure
+#: a lockstep step's calls: ``(observations, size)`` → one :data:`CallResult` per consecutive group
+#: of ``size`` rows (the last may be shorter), in order
+Calls = Callable[[np.ndarray, int], list[CallResult]]
+
+
+def call_groups(n_rows: int, size: int) -> list[range]:
+    """The rows of each call when ``n_rows`` observations are answered ``size`` rows a call."""
+    return [range(i, min(i + size, n_rows)) for i in range(0, n_rows, size)]
+
+
+def each_call(
+    act: Callable[[np.ndarray], np.ndarray], observations: np.ndarray, size: int
+) -> list[CallResult]:
+    """:data:`Calls` for an oracle whose calls cost the same one by one: ``act`` once per group of
+    ``size`` rows, in order; a call's :class:`OracleFailure` is its result, not the step's."""
+    out: list[CallResult] = []
+    for rows in call_groups(len(observations), size):
+        try:
+            out.append(np.asarray(act(observations[rows.start : rows.stop])))
+        except OracleFailure as exc:
+            out.append(exc)
+    return out
+
+
 def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     """Validate a reply: numeric, ``n_rows`` rows, all finite.
 
@@ -118,8 +144,14 @@ def encode_request(observations: np.ndarray) -> bytes:
 def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
     """Parse ``{"actions": [[...], ...]}`` and validate it with :func:`check_actions`;
     ``{"error": "why"}`` is the vendor's own failed call (its reason, cut to one line)."""
+    return reply_actions(parse_reply(payload), n_rows)
+
+
+def parse_reply(payload: bytes | str) -> Any:
+    """A reply line parsed as JSON (:func:`_loads`); :class:`OracleFailure` naming what is wrong
+    when it is not JSON or nests too deep."""
     try:
-        doc = _loads(payload)
+        return _loads(payload)
     except _TooDeep:
         raise OracleFailure(
             f'reply nests deeper than {MAX_JSON_DEPTH} levels; expected {{"actions": [[...], ...]}}'
@@ -134,6 +166,12 @@ def decode_reply(payload: bytes | str, n_rows: int) -> np.ndarray:
         raise OracleFailure(
             f"reply is not valid JSON ({exc.__class__.__name__}: {why}; it starts {preview!r})"
         ) from None
+
+
+def reply_actions(doc: Any, n_rows: int) -> np.ndarray:
+    """The actions of one parsed reply document ``{"actions": [[...], ...]}`` checked by
+    :func:`check_actions`; ``{"error": "why"}`` is the vendor's own failed call (its reason, cut
+    to one line)."""
     if isinstance(doc, dict) and "actions" not in doc and isinstance(doc.get("error"), str):
         raise OracleFailure(f"the policy failed the call: {doc['error'][:300]}")
     if doc is None:

@@ -5,15 +5,31 @@ Protocol (docs/architecture.md, "Policy oracles"): each request is one line
 ``{"actions": [[...], ...]}``, in order, or ``{"error": "why"}`` to fail that call with its reason.
 Its stdout carries replies only (diagnostics go to stderr, which safecert keeps the tail of for
 error messages). safecert's own policy workers (``python:``, ``sb3:``, ``torchscript:``; see
-:mod:`safecert.blackbox.oracles.worker`) speak the same protocol.
+:mod:`safecert.blackbox.oracles.worker`) speak the same protocol, plus one request of their own:
+``{"observations": [[...], ...], "calls": [n1, n2, ...]}`` asks for one policy call per
+consecutive group of n1, n2, … rows and is answered by ``{"calls": [reply1, reply2, ...]}``, each
+reply what that call alone would have been answered (``{"actions": ...}`` or ``{"error": ...}``):
+the calls of a lockstep step in one round trip (:meth:`ExecOracle.act_calls`).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import orjson
 
 from safecert.blackbox.oracles import OracleSpec
-from safecert.blackbox.oracles.base import OracleFailure, health_check, json_call
+from safecert.blackbox.oracles.base import (
+    CallResult,
+    OracleFailure,
+    call_groups,
+    each_call,
+    health_check,
+    json_call,
+    parse_reply,
+    reply_actions,
+)
 from safecert.isolation import Channel, ChannelFailure
 
 
@@ -38,15 +54,60 @@ class ExecOracle:
     def restarts(self) -> int:
         return self.channel.restarts
 
-    def _round_trip(self, payload: bytes) -> bytes:
+    def _round_trip(self, payload: bytes, timeout_s: float | None = None) -> bytes:
         try:
-            return self.channel.round_trip(payload)
+            return self.channel.round_trip(payload, timeout_s)
         except ChannelFailure as exc:
             raise OracleFailure(exc.reason) from None
 
     # -- the Oracle protocol ------------------------------------------------------------------
     def act(self, observations: np.ndarray) -> np.ndarray:
         return json_call(self._round_trip, observations)
+
+    def act_calls(self, observations: np.ndarray, size: int) -> list[CallResult]:
+        """The :data:`~safecert.blackbox.oracles.base.Calls` of a lockstep step: one policy call
+        per group of ``size`` rows, each answered as if alone.
+
+        A policy worker receives every call of the step in ONE round trip (a ``"calls"`` request)
+        and calls the policy on each group in turn; the round trip's deadline is the sum of its
+        calls' (``timeout_s`` each). A group holding a non-finite observation fails up front, as
+        a lone call would; a worker that dies, hangs or answers out of protocol fails every call
+        of the round trip, with the reason and how many calls it held. A vendor's own ``exec:``
+        program answers whole requests, so its calls go one round trip each."""
+        groups = call_groups(len(observations), size)
+        if not self.spec.in_worker or len(groups) <= 1:
+            return each_call(self.act, observations, size)
+        obs = np.ascontiguousarray(observations, dtype=np.float64)
+        out: dict[int, CallResult] = {}
+        sent = list(range(len(groups)))
+        if not _finite(obs):
+            sent = [k for k, rows in enumerate(groups) if _finite(obs[rows.start : rows.stop])]
+            for k in set(range(len(groups))) - set(sent):
+                out[k] = OracleFailure("observations contain non-finite values")
+            if not sent:
+                return [out[k] for k in range(len(groups))]
+            obs = np.concatenate([obs[groups[k].start : groups[k].stop] for k in sent])
+        sizes = [len(groups[k]) for k in sent]
+        try:
+            line = self._round_trip(
+                orjson.dumps(
+                    {"observations": obs, "calls": sizes}, option=orjson.OPT_SERIALIZE_NUMPY
+                ),
+                self.spec.timeout_s * len(sent),
+            )
+            replies = _call_replies(parse_reply(line), len(sent))
+        except OracleFailure as exc:
+            whole = OracleFailure(
+                f"{exc.reason} (one round trip held {len(sent)} policy calls: each fails with it)"
+            )
+            out.update(dict.fromkeys(sent, whole))
+            return [out[k] for k in range(len(groups))]
+        for k, doc, n in zip(sent, replies, sizes, strict=True):
+            try:
+                out[k] = reply_actions(doc, n)
+            except OracleFailure as exc:
+                out[k] = exc
+        return [out[k] for k in range(len(groups))]
 
     def probe(self, observations: np.ndarray | None = None) -> None:
         """Start the program and make one real call (``observations``, or a zero-row batch)."""
@@ -63,3 +124,21 @@ class ExecOracle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _finite(obs: np.ndarray) -> bool:
+    return (
+        all(map(math.isfinite, obs.ravel().tolist()))
+        if obs.size <= 256
+        else bool(np.isfinite(obs).all())
+    )
+
+
+def _call_replies(doc: object, n_calls: int) -> list:
+    """The per-call replies of a ``"calls"`` reply; :class:`OracleFailure` when it has none."""
+    calls = doc.get("calls") if isinstance(doc, dict) else None
+    if isinstance(calls, list) and len(calls) == n_calls:
+        return calls
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        raise OracleFailure(f"the policy worker failed the request: {doc['error'][:300]}")
+    raise OracleFailure(f'reply has no "calls" list of {n_calls} replies')

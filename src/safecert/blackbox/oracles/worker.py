@@ -8,7 +8,9 @@ Started by :func:`safecert.blackbox.oracles.make_oracle` (through
 it loads the policy once (importing the module with ``BASE_DIR`` first on ``sys.path``, unpickling
 the SB3 zip, loading the TorchScript module) and then speaks the ``exec:`` protocol on
 stdin/stdout, after one ``{"ready":true}`` line once loaded: one ``{"observations": [[...]]}`` line in, one ``{"actions": [[...]]}`` or
-``{"error": "why"}`` line out. A policy that cannot be loaded answers every call with its error
+``{"error": "why"}`` line out; a request with ``"calls": [n1, n2, ...]`` is one policy call per
+consecutive group of n1, n2, … rows, answered ``{"calls": [reply1, reply2, ...]}``
+(:meth:`safecert.blackbox.oracles.exec_oracle.ExecOracle.act_calls`). A policy that cannot be loaded answers every call with its error
 (so the pre-run health check names it). Anything the policy prints to stdout is moved to stderr:
 stdout carries replies only.
 
@@ -69,18 +71,30 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # the vendor's module raised at import: a load error, said once
         load_error = f"loading the policy raised {type(exc).__name__}: {exc}"
     replies.write(b'{"ready":true}\n')  # the handshake: start-up is over
+
+    def call(obs: np.ndarray) -> dict:
+        """One policy call's reply document."""
+        try:
+            if load_error is not None:
+                raise OracleFailure(load_error)
+            actions = oracle.act(obs) if len(obs) else np.zeros((0,))
+        except OracleFailure as exc:
+            return {"error": exc.reason}
+        return {"actions": np.ascontiguousarray(actions)}
+
     for line in sys.stdin.buffer:
         try:
             request = orjson.loads(line)
             obs = np.asarray(request["observations"], dtype=np.float64)
-            if load_error is not None:
-                raise OracleFailure(load_error)
-            actions = oracle.act(obs) if len(obs) else np.zeros((0,))
-            reply = orjson.dumps(
-                {"actions": np.ascontiguousarray(actions)}, option=orjson.OPT_SERIALIZE_NUMPY
-            )
-        except OracleFailure as exc:
-            reply = orjson.dumps({"error": exc.reason})
+            sizes = request.get("calls")
+            if sizes is None:
+                doc = call(obs)
+            else:  # the calls of a lockstep step: one per group of rows, each as if alone
+                ends = np.cumsum([int(n) for n in sizes])
+                if len(ends) == 0 or ends[-1] != len(obs) or (np.diff(ends, prepend=0) < 1).any():
+                    raise ValueError("calls do not split the observations")
+                doc = {"calls": [call(part.copy()) for part in np.split(obs, ends[:-1])]}
+            reply = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             reply = orjson.dumps({"error": f"bad request ({type(exc).__name__})"})
         replies.write(reply + b"\n")

@@ -1,0 +1,185 @@
+"""Lockstep batches for a policy in a policy worker (issue 28, item 2): a worker steps K episodes
+together and sends the K calls of a step to the policy worker in ONE round trip, which calls the
+policy on each row alone. The records are those of one episode at a time; a worker that dies
+mid-step fails every call of that round trip, saying so; each call keeps its deadline."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from safecert.blackbox.backends import LocalBackend, RunContext, episodes_per_worker, lockstep
+from safecert.blackbox.config import certified_parameters
+from safecert.blackbox.oracles import OracleFailure, make_oracle, parse_oracle_spec
+from safecert.blackbox.plan import plan_run
+from safecert.isolation import Channel
+from tests.blackbox.pipeline_helpers import write_run
+
+#: a policy whose reply depends on its row only, and whose calls differ in kind: integer and float
+#: replies, actions outside the space, a raise — every per-call path of a lockstep step
+MIXED = """
+import numpy as np
+
+def mixed(obs):
+    obs = np.asarray(obs)
+    act = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+    if abs(obs[0, 3]) > 0.45:
+        raise RuntimeError("vendor crashed")
+    if obs[0, 1] > 0.35:
+        return act + 5  # outside Discrete(2)
+    if obs[0, 0] > 0.02:
+        return act.astype(float)  # 0.0 / 1.0: whole numbers of another dtype
+    return act
+"""
+
+RUN = """
+policy = "python:mixed_pol:mixed"
+env = "CartPole-v1"
+episodes = 14
+seed = 11
+max_steps = 60
+[spec]
+budget = 0.0
+p_star = 0.5
+cost = 'info.get("cost", 0)'
+goal = "steps >= 40"
+[envelope]
+obs_noise = {{ kind = "gaussian", levels = [0.0, 0.3] }}
+obs_ranges = "estimate"
+reference_policy = "random"
+"""
+
+
+def _records(config_path, **update):
+    plan = plan_run(config_path)
+    config = plan.config.model_copy(update=update)
+    ranges = (4.8, 6.0, 0.42, 6.0)
+    ctx = RunContext(config, str(plan.base_dir), plan.cells, ranges, plan.oracle)
+    with LocalBackend(1) as backend:
+        records = sorted(backend.run(plan.all_jobs(), ctx), key=lambda r: (r.cell, r.index))
+    return records, ctx
+
+
+def test_lockstep_gives_the_records_of_one_episode_at_a_time(tmp_path, monkeypatch):
+    (tmp_path / "mixed_pol.py").write_text(MIXED)
+    config = write_run(tmp_path, RUN.format())
+    trips: list[int] = []
+    real = Channel.round_trip
+
+    def counted(self, payload, timeout_s=None):
+        trips.append(1)
+        return real(self, payload, timeout_s)
+
+    monkeypatch.setattr(Channel, "round_trip", counted)
+    one, ctx1 = _records(config, lockstep=1)
+    single_trips = len(trips)
+    trips.clear()
+    five, ctx5 = _records(config, lockstep=5)
+    default, ctx16 = _records(config)
+    assert lockstep(ctx1.config, ctx1.oracle) == 1 and episodes_per_worker(ctx5) == 5
+    assert lockstep(ctx16.config, ctx16.oracle) == 16  # the default for a policy worker
+    assert one == five == default
+    reasons = {r.failure_reason.split(":")[0] for r in one if r.failure_reason}
+    assert reasons == {"the policy failed the call", "action_out_of_space"}, reasons
+    assert any(not r.failure_reason for r in one) and any(r.goal for r in one)
+    steps = sum(r.steps + 1 for r in one)  # a call per step, plus the failing ones
+    assert single_trips >= steps - len(one)
+    assert len(trips) < single_trips / 2  # lockstep: far fewer round trips
+    # lockstep is execution-only: not in the certified parameters
+    assert "lockstep" not in certified_parameters(ctx5.config)
+
+
+def _worker_oracle(tmp_path, body: str, timeout_s: float = 10.0):
+    (tmp_path / "pol.py").write_text(textwrap.dedent(body))
+    return make_oracle(parse_oracle_spec("python:pol:act", base_dir=tmp_path, timeout_s=timeout_s))
+
+
+def test_a_worker_that_dies_mid_step_fails_every_call_of_the_round_trip(tmp_path):
+    oracle = _worker_oracle(
+        tmp_path,
+        """
+        import os
+        import numpy as np
+
+        def act(obs):
+            if obs[0, 0] > 0.5:
+                os._exit(3)
+            return np.zeros(len(obs), dtype=np.int64)
+        """,
+    )
+    try:
+        obs = np.array([[0.0], [0.1], [0.9], [0.2]])
+        results = oracle.act_calls(obs, 1)
+        assert len(results) == 4 and all(isinstance(r, OracleFailure) for r in results)
+        reasons = {r.reason for r in results}
+        assert len(reasons) == 1
+        (reason,) = reasons
+        assert "exited (exit code 3)" in reason and "held 4 policy calls" in reason, reason
+        # the next step starts a fresh worker, and a step without the deadly row is answered
+        again = oracle.act_calls(np.array([[0.0], [0.1], [0.2]]), 2)
+        assert [r.tolist() for r in again] == [[0, 0], [0]]
+        assert oracle.restarts == 1
+    finally:
+        oracle.close()
+
+
+def test_each_call_is_answered_alone(tmp_path):
+    """A call's failure is its own: a raising call and a call holding a non-finite observation
+    fail, the others are answered; a request that does not split its rows is refused."""
+    oracle = _worker_oracle(
+        tmp_path,
+        """
+        import numpy as np
+
+        def act(obs):
+            if len(obs) != 1:
+                raise ValueError(f"{len(obs)} rows")
+            if obs[0, 0] < 0:
+                raise RuntimeError("negative")
+            return obs * 2.0
+        """,
+    )
+    try:
+        obs = np.array([[1.0], [-1.0], [np.nan], [3.0]])
+        results = oracle.act_calls(obs, 1)
+        assert results[0].tolist() == [[2.0]] and results[3].tolist() == [[6.0]]
+        assert (
+            results[1].reason == "the policy failed the call: policy raised RuntimeError: negative"
+        )
+        assert results[2].reason == "observations contain non-finite values"
+        assert oracle.channel.round_trip(b'{"observations": [[1.0]], "calls": [2]}') == (
+            b'{"error":"bad request (ValueError)"}'
+        )
+    finally:
+        oracle.close()
+
+
+@pytest.mark.parametrize("hang", [False, True])
+def test_a_round_trip_of_n_calls_has_n_deadlines(tmp_path, hang):
+    """Three calls of 0.15 s each fit the 3 × 0.25 s of their round trip (one alone would not
+    fit 0.25 s twice over); a call that hangs is killed at that deadline, failing all three."""
+    oracle = _worker_oracle(
+        tmp_path,
+        f"""
+        import time
+        import numpy as np
+
+        def act(obs):
+            time.sleep(30 if {hang} and obs[0, 0] > 1 else 0.15)
+            return obs
+        """,
+        timeout_s=0.25,
+    )
+    try:
+        oracle.probe()
+        obs = np.array([[0.0], [2.0], [1.0]])
+        results = oracle.act_calls(obs, 1)
+        if hang:
+            assert all(isinstance(r, OracleFailure) for r in results)
+            assert "no complete reply within 0.75s" in results[0].reason
+        else:
+            assert [r.tolist() for r in results] == [[[0.0]], [[2.0]], [[1.0]]]
+    finally:
+        oracle.close()

@@ -10,10 +10,11 @@ scheduler (:class:`~safecert.blackbox.streaming.CellStreams`) hands out episodes
 up — the nominal cell first, then every undecided cell — and checks each cell's rule every time a
 completed episode extends the cell's prefix of consecutive indices 0, 1, 2, …. The first count at
 which the rule stops is the cell's decision point; the cell gets no further episode, and at most
-workers × batch_size of its episodes (those in flight) run past it. The store holds exactly
-episodes 0 … τ−1 of each cell (τ its decision point): a function of the outcomes, whatever the
-workers, batch size, backend or timing, so equal seeds give equal certificates and ``verify``
-requires the stored count to be the τ it re-derives — a row deleted or appended changes it.
+workers × batch_size × lockstep of its episodes (those in flight) run past it. The store holds
+exactly episodes 0 … τ−1 of each cell (τ its decision point): a function of the outcomes,
+whatever the workers, batch size, backend or timing, so equal seeds give equal certificates and
+``verify`` requires the stored count to be the τ it re-derives — a row deleted or appended
+changes it.
 Episodes run past a decision point (the overshoot) are not evidence; their number, which depends
 on timing, is a run statistic in the store's ``sequential_overshoot`` meta and the progress
 events. A killed run leaves every cell a prefix; ``--resume`` continues each from there.
@@ -38,7 +39,7 @@ from typing import Any, Literal, cast
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from safecert.blackbox.backends import Backend, LocalBackend
+from safecert.blackbox.backends import Backend, LocalBackend, episodes_per_worker
 from safecert.blackbox.certify import (
     blackbox_result,
     closing_local,
@@ -79,8 +80,8 @@ NOTE = (
     "decisions and bounds are anytime-valid at delta_cell; each cell's evidence is exactly its "
     "episodes before the decision point, in episode-index order; the Hoeffding KPI bounds and the "
     "task/safety-only bounds use them at a data-dependent count and are descriptive; episodes run "
-    "past a decision point (at most workers x batch_size per cell) are not evidence: their "
-    "number depends on timing and is kept in the store's sequential_overshoot meta"
+    "past a decision point (at most workers x batch_size x lockstep per cell) are not evidence: "
+    "their number depends on timing and is kept in the store's sequential_overshoot meta"
 )
 
 
@@ -166,7 +167,8 @@ def certify_sequential(
         )
         tracker.start()
         overshoot = dict(store.get_meta("sequential_overshoot", {}))
-        window = backend.worker_count(ctx) * plan.config.batch_size
+        per_worker = episodes_per_worker(ctx)
+        window = backend.worker_count(ctx) * per_worker
 
         def decided(cell: int, res: StopDecision, extra: int) -> None:
             tracker.decided(
@@ -187,7 +189,7 @@ def certify_sequential(
             budget=plan.config.spec.budget,
             stage1=plan.stage1_cell,
             stored=[store.records(c) for c in range(plan.family.size)],
-            batch_size=plan.config.batch_size,
+            batch_size=per_worker,
             window=window,
             on_decided=decided,
         )

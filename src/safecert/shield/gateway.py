@@ -19,15 +19,26 @@ protocol level, passes ``upstream_timeout_s`` or is cut by the upstream's death 
 whether it executed is unknown, so the state is unknown, and the guard fails closed. Anything
 unexpected blocks.
 
+On stdio ``tools/call`` takes a raw path (:meth:`Gateway.stdio_intercept`) instead of the SDK's
+server and client: the client's line is parsed once, the decision made on what was parsed, the
+same ``name`` and ``arguments`` written to the upstream under an id of ours
+(:meth:`Upstream.call_tool`), and the upstream's result written back as it came under the client's
+id — as soon as the upstream answered; φ of the new history is evaluated after that, with the
+session still locked, so the next decision sees it. ``initialize``, the tool list and everything
+else stay with the SDK. Over HTTP the SDK's server answers and the same :meth:`Gateway.tool_call`
+decides and forwards.
+
 How it is run (signals, exit codes, the transports): :mod:`safecert.shield.serve`; the upstream
 process: :mod:`safecert.shield.upstream`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from safecert.shield.certified import CertifiedShield
 from safecert.shield.session import (
@@ -39,6 +50,7 @@ from safecert.shield.session import (
     OnBlock,
     decode_result,
 )
+from safecert.shield.stdio_framing import Wire
 from safecert.shield.upstream import Upstream, first_cause
 
 
@@ -48,6 +60,18 @@ def mcp_result_value(result: Any) -> Any:
     if result.structured_content is not None:
         return result.structured_content
     return decode_result("".join(getattr(c, "text", "") for c in result.content))
+
+
+def _text(message: str, error: bool) -> dict[str, Any]:
+    """A ``CallToolResult`` of one text, as JSON."""
+    return {"content": [{"type": "text", "text": message}], "isError": error}
+
+
+def _wire_value(result: dict[str, Any]) -> Any:
+    """:func:`mcp_result_value` of an upstream result as JSON (validated by ``call_tool``)."""
+    import mcp_types as types
+
+    return mcp_result_value(types.CallToolResult.model_validate(result))
 
 
 @dataclass
@@ -65,6 +89,7 @@ class Gateway:
     closing: bool = False  # set on SIGTERM/SIGINT: no new call is forwarded
     in_flight: int = 0
     counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (outcome, reason) -> n
+    stdio: Wire | None = None  # the stdio connection, when serving one
 
     @property
     def _names(self) -> set[str]:
@@ -98,9 +123,15 @@ class Gateway:
         counted, so it is blocked)."""
         if ctx.session.client_params is None:
             return None
+        if self.stdio is not None:  # one connection: the raw path's session, whichever path
+            return self._keyed_session(self.stdio)
         connection = getattr(ctx.session, "_connection", None)  # the SDK's per-connection object
         if connection is None:
             return None
+        return self._keyed_session(connection)
+
+    def _keyed_session(self, connection: object) -> GuardSession:
+        """The one guard session of ``connection`` (an SDK connection, or a stdio wire)."""
         key = id(connection)
         if key not in self.sessions:
             gs = GuardSession(
@@ -110,7 +141,7 @@ class Gateway:
                 steps_log=self.steps_log,
                 audit_log=self.audit_log,
             )
-            # the session object is kept so its id is not reused while we remember it
+            # the connection is kept so its id is not reused while we remember it
             self.sessions[key] = (connection, gs)
         return self.sessions[key][1]
 
@@ -129,25 +160,92 @@ class Gateway:
         return types.ListToolsResult(tools=tools)
 
     async def _call(self, ctx: Any, params: Any) -> Any:
+        """``tools/call`` through the SDK's server (streamable HTTP). Arguments that JSON cannot
+        carry exactly (``NaN``, ``Infinity``, integers past 64 bits: the SDK's parser takes them)
+        are refused, so the upstream is never sent other arguments than those decided on."""
         import mcp_types as types
+        from mcp import MCPError
 
-        def text(message: str, error: bool) -> Any:
-            return types.CallToolResult(content=[types.TextContent(text=message)], is_error=error)
+        arguments = dict(params.arguments or {})
+        try:
+            exact = orjson.loads(orjson.dumps(arguments)) == arguments
+        except (TypeError, orjson.JSONEncodeError):
+            exact = False
+        if not exact:
+            raise MCPError(-32602, "Invalid params", "arguments must be exact JSON (no NaN)")
+        result = await self.tool_call(self._session(ctx), params.name, arguments)
+        return types.CallToolResult.model_validate(result)
 
-        gs = self._session(ctx)
+    def stdio_intercept(self, wire: Wire, spawn: Callable[..., Any]) -> Callable[[Any], bool]:
+        """The raw ``tools/call`` path of a stdio connection (the ``intercept`` of
+        :func:`safecert.shield.stdio_framing.jsonrpc_lines`): every JSON object whose ``method``
+        is ``tools/call`` is taken from the SDK and answered by :meth:`_raw_call`, started with
+        ``spawn``: one parse of the line, the decision, the upstream's answer written back as it
+        came under the client's id. The connection has one guard session: the SDK's server sees
+        a ``tools/call`` only in a line ``orjson`` cannot parse (``NaN``), and then decides with
+        the same session (:meth:`_session`). Everything else (``initialize``, lists,
+        notifications, lines that are not JSON objects, batches) is the SDK's."""
+
+        self.stdio = wire
+
+        def take(message: Any) -> bool:
+            if type(message) is not dict or message.get("method") != "tools/call":
+                return False
+            if "id" in message:  # a notification is never answered, never forwarded
+                spawn(self._raw_call, wire, message)
+            return True
+
+        return take
+
+    async def _raw_call(self, wire: Wire, message: dict[str, Any]) -> None:
+        """Answer one ``tools/call`` request of a stdio connection (:meth:`stdio_intercept`)."""
+        rid = message["id"]
+        if type(rid) not in (int, str) or message.get("jsonrpc") != "2.0":
+            error = {"code": -32600, "message": "Invalid Request", "data": "id or jsonrpc"}
+            await wire.send({"jsonrpc": "2.0", "id": None, "error": error})
+            return
+        params = message.get("params")
+        bad = _bad_call_params(params)
+        if bad:
+            error = {"code": -32602, "message": "Invalid params", "data": bad}
+            await wire.send({"jsonrpc": "2.0", "id": rid, "error": error})
+            return
+        sent = []
+
+        async def answer(result: dict[str, Any]) -> None:
+            sent.append(True)
+            await wire.send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+        gs = self._keyed_session(wire) if wire.initialized else None
+        arguments = params.get("arguments")
+        result = await self.tool_call(gs, params["name"], arguments or {}, answer)
+        if not sent:
+            await answer(result)
+
+    async def tool_call(
+        self,
+        gs: GuardSession | None,
+        name: str,
+        arguments: dict[str, Any],
+        answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> dict[str, Any]:
+        """One ``tools/call`` of the session ``gs`` (``None``: no session, blocked), as the JSON
+        of its ``CallToolResult``: the upstream's own when it was forwarded, else a text. With
+        ``answer``, a forwarded result is handed to it as soon as the upstream answered, before
+        φ of the new history is evaluated (the session stays locked until it is)."""
         if gs is None:
             self._count("blocked", "no_session")
-            return text(
+            return _text(
                 f"{BLOCKED_PREFIX}: no MCP session (the shield counts calls per session; "
                 "initialize a session first)",
                 True,
             )
         if self.closing:
             self._count("blocked", "shutting_down")
-            return text(f"{BLOCKED_PREFIX}: the gateway is shutting down; not forwarded", True)
+            return _text(f"{BLOCKED_PREFIX}: the gateway is shutting down; not forwarded", True)
         self.in_flight += 1
         try:
-            return await self._guarded_call(gs, params, text)
+            return await self._guarded_call(gs, name, arguments, answer)
         finally:
             self.in_flight -= 1
 
@@ -176,13 +274,18 @@ class Gateway:
         ]
         return "\n".join(lines) + "\n"
 
-    async def _guarded_call(self, gs: GuardSession, params: Any, text: Callable[..., Any]) -> Any:
-        name, arguments = params.name, dict(params.arguments or {})
+    async def _guarded_call(
+        self,
+        gs: GuardSession,
+        name: str,
+        arguments: dict[str, Any],
+        answer: Callable[[dict[str, Any]], Awaitable[None]] | None,
+    ) -> dict[str, Any]:
         if name != self.shield.halt and not await self.upstream.wait_up(
             self.upstream.start_timeout_s
         ):
             self._count("blocked", "upstream_unavailable")
-            return text(
+            return _text(
                 f"{BLOCKED_PREFIX}: the upstream is {self.upstream.status}; not forwarded", True
             )
         try:
@@ -190,22 +293,44 @@ class Gateway:
                 name,
                 arguments,
                 lambda: self.upstream.call_tool(name, arguments),
-                result_value=mcp_result_value,
+                result_value=_wire_value,
                 timeout_s=self.upstream_timeout_s,
                 available=name in self._names or name == self.shield.halt,
+                answer=answer,
             )
         except Exception as exc:  # the session has ended: executed or not is unknown
             why = "timed out" if isinstance(exc, TimeoutError) else first_cause(exc)
             self._count("upstream_error", "timeout" if why == "timed out" else type(exc).__name__)
-            return text(f"upstream call failed ({why}); session ended", True)
+            return _text(f"upstream call failed ({why}); session ended", True)
         if isinstance(out, Decision):
             if not out.allowed:
                 self._count("blocked", _reason_kind(out.reason or ""))
-                return text(out.message(), True)
+                return _text(out.message(), True)
             self._count("halt")
-            return text(f"session halted after {gs.steps} executed calls", False)
+            return _text(f"session halted after {gs.steps} executed calls", False)
         self._count("forwarded")
         return out
+
+
+def _bad_call_params(params: Any) -> str:
+    """Why ``params`` of a ``tools/call`` are not ``{name, arguments?, _meta?}`` ('' when they
+    are). Anything else — ``task`` augmentation, a 2026 protocol envelope in ``_meta`` — is
+    refused rather than half understood."""
+    import mcp_types as types
+
+    if type(params) is not dict:
+        return "params must be an object"
+    if not isinstance(params.get("name"), str):
+        return "params.name must be a string"
+    if params.get("arguments") is not None and type(params["arguments"]) is not dict:
+        return "params.arguments must be an object"
+    extra = set(params) - {"name", "arguments", "_meta"}
+    if extra:
+        return f"unsupported params {sorted(extra)}"
+    meta = params.get("_meta")
+    if meta is not None and (type(meta) is not dict or types.PROTOCOL_VERSION_META_KEY in meta):
+        return "params._meta must be an object without a protocol version envelope"
+    return ""
 
 
 def _reason_kind(reason: str) -> str:

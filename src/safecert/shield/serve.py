@@ -121,7 +121,7 @@ async def serve(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOp
             async def transport() -> None:
                 try:
                     if opts.transport == "stdio":
-                        await _serve_stdio(gateway.server(), busy)
+                        await _serve_stdio(gateway, busy)
                     else:
                         await _serve_http(gateway, opts.host, opts.port, http)
                 finally:
@@ -175,12 +175,16 @@ def run(shield: CertifiedShield, abstraction: Abstraction, opts: ServeOptions) -
         raise
 
 
-async def _serve_stdio(server: Any, busy: list[Callable[[], bool]]) -> None:
-    """Serve one MCP connection on our stdin/stdout until the client closes either. The wire is
-    moved to private descriptors and fd 0/1 are pointed at ``/dev/null``/stderr meanwhile, so stray
-    prints of φ cannot corrupt it. Input that is no pipe, socket or terminal (a regular file) is
-    read by the SDK's own transport instead. ``busy`` receives a test for requests whose response
-    is not written yet (the drain waits for them too)."""
+async def _serve_stdio(gateway: Gateway, busy: list[Callable[[], bool]]) -> None:
+    """Serve one MCP connection on our stdin/stdout until the client closes either, ``tools/call``
+    on the gateway's raw path (:meth:`Gateway.stdio_intercept`), the rest through the SDK. The
+    wire is moved to private descriptors and fd 0/1 are pointed at ``/dev/null``/stderr
+    meanwhile, so stray prints of φ cannot corrupt it. Input that is no pipe, socket or terminal
+    (a regular file) is read by the SDK's own transport instead. ``busy`` receives a test for
+    requests whose response is not written yet (the drain waits for them too)."""
+    import anyio
+
+    server = gateway.server()
     wire_in, wire_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     saved = os.dup(0), os.dup(1)
@@ -199,9 +203,15 @@ async def _serve_stdio(server: Any, busy: list[Callable[[], bool]]) -> None:
             async with stdio_server() as (rs, ws):
                 await server.run(rs, ws, server.create_initialization_options())
             return
-        async with jsonrpc_lines(reader, writer) as (rs, ws, closed, unanswered):
-            busy.append(lambda: unanswered[0] > 0)
-            await server.run(rs, ws, server.create_initialization_options())
+        async with anyio.create_task_group() as calls:
+
+            def intercept(wire: Any) -> Callable[[Any], bool]:
+                return gateway.stdio_intercept(wire, calls.start_soon)
+
+            async with jsonrpc_lines(reader, writer, intercept) as (rs, ws, closed, wire):
+                busy.append(lambda: wire.unanswered > 0)
+                await server.run(rs, ws, server.create_initialization_options())
+            calls.cancel_scope.cancel()
     finally:
         os.dup2(saved[0], 0)
         os.dup2(saved[1], 1)

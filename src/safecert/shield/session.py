@@ -126,13 +126,17 @@ class GuardSession:
         result_value: Callable[[Any], Any] = decode_result,
         timeout_s: float | None = None,
         available: bool = True,
+        answer: Callable[[Any], Awaitable[None]] | None = None,
     ) -> Any:
         """:meth:`call` for async tools (the MCP gateway, the OpenAI Agents SDK adapter): the
         session's async lock is held from the decision until the call is recorded; ``φ`` and the
         action map run in worker threads, so the event loop and every other session go on.
         ``result_value`` turns the tool's return value into what φ sees. If ``execute`` raises or
         passes ``timeout_s``, whether it executed is unknown: the session ends and the exception
-        is re-raised (``TimeoutError`` on the deadline)."""
+        is re-raised (``TimeoutError`` on the deadline). ``answer``, when given, is awaited with
+        the tool's value as soon as it returned, before φ of the new history is evaluated: the
+        caller can pass the result on while the lock is still held, so no decision of this
+        session is made before the new state is known (the value is returned as well)."""
         import anyio
 
         if self._alock is None:
@@ -150,6 +154,12 @@ class GuardSession:
                 self.end(f"{tool!r} failed ({cause}); the state after it is unknown")
                 raise
             entry = self._entry(decision, result_value(result))
+            if answer is not None:
+                try:
+                    await answer(result)
+                except BaseException as exc:  # cancelled: φ cannot be awaited now
+                    self.end(f"{tool!r} executed, its answer not passed on ({why(exc)})")
+                    raise
             try:
                 after: int | AbstractionFailed = await self.abstraction.astate(
                     [*self.history, entry]

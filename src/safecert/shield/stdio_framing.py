@@ -2,7 +2,9 @@
 gateway: its own stdin/stdout (the client) and the upstream process's pipes.
 
 Nothing here blocks a thread, so cancelling a reader or writer ends it at once (the SDK's own stdio
-transport parks a worker thread in a blocking read, which cannot be cancelled).
+transport parks a worker thread in a blocking read, which cannot be cancelled). An ``intercept``
+sees every line parsed once (by ``orjson``) before the SDK does and may take it over: the gateway's
+raw ``tools/call`` path (:mod:`safecert.shield.gateway`) on both sides.
 """
 
 from __future__ import annotations
@@ -10,20 +12,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+import orjson
 
 LINE_LIMIT = 64 * 1024 * 1024  # the longest JSON-RPC line read (bytes)
 
 
+class Wire:
+    """What :func:`jsonrpc_lines` knows of its connection, and the raw way to write to it."""
+
+    def __init__(self, writer: asyncio.StreamWriter, closed: Any) -> None:
+        self.unanswered = 0  # requests handed to the SDK whose response is not written yet
+        self.initialized = False  # a successful response to ``initialize`` has been written
+        self.init_ids: set[Any] = set()
+        self._writer = writer
+        self._closed = closed
+
+    async def send(self, message: Any) -> None:
+        """Write one JSON-RPC message (a dict) as a line, outside the SDK; a peer that stopped
+        reading ends the connection (as for the SDK's writes)."""
+        try:
+            self._writer.write(orjson.dumps(message) + b"\n")
+            await self._writer.drain()
+        except (OSError, RuntimeError):
+            self._closed.set()
+
+
 @contextlib.asynccontextmanager
 async def jsonrpc_lines(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> AsyncIterator[tuple[Any, Any, Any, list[int]]]:
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    intercept: Callable[[Wire], Callable[[Any], bool]] | None = None,
+) -> AsyncIterator[tuple[Any, Any, Any, Wire]]:
     """MCP's stdio framing (one JSON-RPC message per line) over an asyncio pipe pair, as the
     ``(read_stream, write_stream)`` an MCP session takes, an event set at end of input or when
-    the peer stops reading, and a one-item list: the requests read whose response is not written
-    yet. Nothing blocks a thread, so cancelling it ends it at once."""
+    the peer stops reading, and the connection's :class:`Wire` (requests unanswered, whether
+    ``initialize`` succeeded, raw writes). Nothing blocks a thread, so cancelling it ends it at
+    once.
+
+    ``intercept(wire)``, called once, gives a test that is called on the loop with each line
+    parsed as JSON (``None`` when ``orjson`` cannot parse it) before the SDK sees it; when it
+    returns true the line is taken (the SDK never sees it), else it goes to the SDK exactly as
+    without an ``intercept``."""
     import anyio
     import mcp_types as types
     from mcp.shared._context_streams import create_context_streams
@@ -32,11 +64,19 @@ async def jsonrpc_lines(
     in_send, in_recv = create_context_streams[SessionMessage | Exception](0)
     out_send, out_recv = create_context_streams[SessionMessage](0)
     closed = anyio.Event()
-    unanswered = [0]
+    wire = Wire(writer, closed)
+    take = intercept(wire) if intercept is not None else None
 
     async def read() -> None:
         try:
             while line := await reader.readline():
+                if take is not None:
+                    try:
+                        parsed = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        parsed = None
+                    if take(parsed):
+                        continue
                 try:
                     msg: Any = SessionMessage(
                         types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -44,7 +84,10 @@ async def jsonrpc_lines(
                 except ValueError as exc:
                     msg = exc
                 else:
-                    unanswered[0] += isinstance(msg.message, types.JSONRPCRequest)
+                    if isinstance(msg.message, types.JSONRPCRequest):
+                        wire.unanswered += 1
+                        if msg.message.method == "initialize":
+                            wire.init_ids.add(msg.message.id)
                 await in_send.send(msg)
         except (OSError, ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # a broken pipe or an oversized line: the connection is over
@@ -60,7 +103,11 @@ async def jsonrpc_lines(
                     writer.write(data.encode() + b"\n")
                     await writer.drain()
                     if isinstance(m.message, types.JSONRPCResponse | types.JSONRPCError):
-                        unanswered[0] -= 1
+                        wire.unanswered -= 1
+                        if m.message.id in wire.init_ids:  # the answer to ``initialize``
+                            wire.init_ids.discard(m.message.id)
+                            if isinstance(m.message, types.JSONRPCResponse):
+                                wire.initialized = True
         except (OSError, RuntimeError, anyio.ClosedResourceError):
             pass  # the peer stopped reading
         finally:
@@ -70,7 +117,7 @@ async def jsonrpc_lines(
         tg.start_soon(read)
         tg.start_soon(write)
         try:
-            yield in_recv, out_send, closed, unanswered
+            yield in_recv, out_send, closed, wire
         finally:
             tg.cancel_scope.cancel()
             writer.close()

@@ -6,11 +6,18 @@ takes it down). When it dies it is restarted with exponential backoff, at most `
 times; a call in flight gets :class:`UpstreamDied`; past the limit :meth:`Upstream.run` raises
 :class:`UpstreamFailed`. Start-up (``initialize`` and ``tools/list``) has its own deadline,
 ``start_timeout_s``, separate from the per-call one.
+
+The handshake and the tool list go through the MCP SDK's client; ``tools/call`` does not: it is
+written as one JSON-RPC line with an id of our own (``safecert-N``, which the SDK's integer ids
+never equal) and its answer is taken off the upstream's output before the SDK would parse it
+(:meth:`Upstream.call_tool`), so a call costs one ``orjson`` round and one validation of the result.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +27,7 @@ from safecert.shield.stdio_framing import copy_stderr, jsonrpc_lines, pipes
 from safecert.usercode import split_command
 
 BACKOFF_S = (0.1, 5.0)  # first restart delay, doubled per consecutive restart up to the cap
+RAW_ID = "safecert-"  # the prefix of the ids of our own tools/call requests
 
 
 class UpstreamFailed(SafecertError):
@@ -28,6 +36,10 @@ class UpstreamFailed(SafecertError):
 
 class UpstreamDied(ConnectionError):
     """The upstream process ended while a call was in flight."""
+
+
+class UpstreamError(Exception):
+    """The upstream answered a ``tools/call`` with a JSON-RPC error or a malformed result."""
 
 
 @dataclass
@@ -47,6 +59,9 @@ class Upstream:
     tools: list[Any] = field(default_factory=list)
     session: Any = None
     _closed: Any = None  # anyio.Event: its connection ended
+    _wire: Any = None  # the running incarnation's stdio_framing.Wire
+    _pending: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
+    _ids: Any = field(default_factory=itertools.count)
 
     async def run(self, *, task_status: Any) -> None:
         """Start the upstream (``task_status.started()`` once it answered ``initialize`` and
@@ -101,20 +116,23 @@ class Upstream:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(copy_stderr, vendor.stderr)
                 reader, writer = await pipes(vendor.stdout, vendor.stdin)
+                lines = jsonrpc_lines(reader, writer, lambda _: self._take_reply)
                 async with (
-                    jsonrpc_lines(reader, writer) as (read, write, closed, _),
+                    lines as (read, write, closed, wire),
                     ClientSession(read, write) as session,
                 ):
                     with anyio.fail_after(self.start_timeout_s):
                         await session.initialize()
                         tools = await _all_tools(session)
                     self.session, self.tools, self.state = session, tools, "up"
-                    self._closed = closed
+                    self._closed, self._wire = closed, wire
                     task_status.started()
                     await closed.wait()
+                    self._fail_pending()
                 tg.cancel_scope.cancel()
         finally:
-            self.session = None
+            self.session = self._wire = None
+            self._fail_pending()
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(vendor.kill)
             for pipe in (vendor.stdin, vendor.stdout, vendor.stderr):
@@ -133,39 +151,64 @@ class Upstream:
         """Whether the upstream is up, waiting at most ``timeout_s`` for a (re)start."""
         import anyio
 
+        if self.status == "up":
+            return True
         with anyio.move_on_after(timeout_s):
             while self.status in ("starting", "restarting"):
                 await anyio.sleep(0.01)  # only while it is down: a rare, short wait
         return self.status == "up"
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        """The upstream's ``tools/call``; :class:`UpstreamDied` if it dies before answering."""
-        import anyio
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's ``tools/call`` result, the JSON object as it came (validated as the
+        SDK's ``CallToolResult`` first). Raises :class:`UpstreamDied` if the upstream is down or
+        dies before answering, :class:`UpstreamError` for a JSON-RPC error or a malformed result.
+        Cancelling the await forgets the call (a late answer is dropped)."""
+        import mcp_types as types
 
-        session, closed = self.session, self._closed
-        if session is None:
+        wire, closed = self._wire, self._closed
+        if wire is None or closed is None or closed.is_set():
             raise UpstreamDied("the upstream is not running")
-        result: list[Any] = []
-
-        async def call() -> None:
-            result.append(await session.call_tool(name, arguments))
-            tg.cancel_scope.cancel()
-
-        async def watch() -> None:
-            await closed.wait()
-            tg.cancel_scope.cancel()
-
+        rid = f"{RAW_ID}{next(self._ids)}"
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = answer
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                tg.start_soon(watch)
-        except Exception as exc:
-            if closed.is_set():
-                raise UpstreamDied("the upstream process exited during the call") from exc
-            raise
-        if not result:
-            raise UpstreamDied("the upstream process exited during the call")
-        return result[0]
+            request = {"name": name, "arguments": arguments}
+            await wire.send(
+                {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": request}
+            )
+            reply = await answer
+        finally:
+            self._pending.pop(rid, None)
+        error, result = reply.get("error"), reply.get("result")
+        if error is not None or not isinstance(result, dict):
+            raise UpstreamError(
+                f"JSON-RPC error {error}" if error is not None else "an answer without a result"
+            )
+        try:
+            types.CallToolResult.model_validate(result)
+        except ValueError as exc:
+            raise UpstreamError(f"a malformed tools/call result ({first_cause(exc)})") from None
+        return result
+
+    def _take_reply(self, message: Any) -> bool:
+        """The upstream's output, parsed: an answer to one of our ``tools/call`` requests is taken
+        (and given to its caller, if it still waits); anything else goes to the SDK's client."""
+        if type(message) is not dict or "method" in message:
+            return False
+        rid = message.get("id")
+        if not (isinstance(rid, str) and rid.startswith(RAW_ID)):
+            return False
+        answer = self._pending.pop(rid, None)
+        if answer is not None and not answer.done():
+            answer.set_result(message)
+        return True
+
+    def _fail_pending(self) -> None:
+        """The connection ended: every call waiting for an answer gets :class:`UpstreamDied`."""
+        pending, self._pending = self._pending, {}
+        for answer in pending.values():
+            if not answer.done():
+                answer.set_exception(UpstreamDied("the upstream process exited during the call"))
 
 
 def upstream_command(spec: str) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,16 +16,17 @@ import sys
 from safecert.cli.main import main
 code = main(sys.argv[1:])
 loaded = sorted(m for m in ("pydantic", "rich", "numpy", "safecert.cli.blackbox",
-    "safecert.cli.shield", "safecert.cli.bnn", "safecert.cli.verify", "safecert.cli.stats")
+    "safecert.cli.shield", "safecert.cli.bnn", "safecert.cli.verify", "safecert.cli.stats",
+    "matplotlib")
     if m in sys.modules)
 print("LOADED", ",".join(loaded))
 sys.exit(code)
 """
 
 
-def _loaded(*args: str) -> tuple[int, str, set[str]]:
+def _loaded(*args: str, cwd: Path | None = None) -> tuple[int, str, set[str]]:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120, cwd=cwd
     )
     line = next(x for x in done.stdout.splitlines() if x.startswith("LOADED"))
     return done.returncode, done.stdout, set(filter(None, line.split(" ", 1)[1].split(",")))
@@ -51,6 +53,25 @@ def test_bound_imports_only_its_own_command_module():
     assert code == 0 and "upper_bound" in out
     assert "safecert.cli.stats" in loaded
     assert not loaded & {"numpy", "safecert.cli.blackbox", "safecert.cli.shield"}
+
+
+def test_a_certify_without_rate_plots_or_odd_maps_never_imports_matplotlib(tmp_path):
+    """The report's distributions picture is drawn with Pillow: matplotlib's import (about half
+    a second) is paid only by runs with a perturbation axis or a counterexample to plot."""
+    (tmp_path / "pol.py").write_text(
+        "import numpy as np\n\ndef act(obs):\n    return np.zeros(len(obs), dtype=np.int64)\n"
+    )
+    (tmp_path / "run.toml").write_text(
+        'policy = "python:pol:act"\nenv = "CartPole-v1"\nepisodes = 2\nmax_steps = 20\n'
+        'trust = "in-process"\n[spec]\nbudget = 0.0\np_star = 0.5\ncost = "0"\n'
+        'goal = "steps >= 0"\n'  # no failure: no counterexample trajectories to plot
+    )
+    code, out, loaded = _loaded(
+        "certify", "run.toml", "--out", "out", "--workers", "1", cwd=tmp_path
+    )
+    assert code in (0, 1), out
+    assert (tmp_path / "out" / "distributions.png").read_bytes().startswith(b"\x89PNG")
+    assert "matplotlib" not in loaded and "safecert.cli.blackbox" in loaded
 
 
 def test_an_unknown_command_is_one_line_with_a_suggestion(capsys):

@@ -199,3 +199,64 @@ def test_the_sandbox_state_under_a_shield_is_unchanged_by_blocked_calls():
         assert all(e.state == "{}" for e in res.transcript)
         assert sb.production.stat().st_mode & 0o222 == 0
         assert not any(sb.outbox.iterdir())
+
+
+def test_observe_keeps_the_state_for_the_checks_and_never_a_stale_one():
+    """φ once per step: after ``observe`` checks are look-ups (the abstraction is not called);
+    while an ``observe`` is under way, or after it failed, each check evaluates for itself, so no
+    check decides on the state from before the change it was told of."""
+    table = {"{}": {"read"}, "{in_prod}": {"write"}}
+    world = {"state": "{}", "calls": 0, "fail": False}
+    entered, release = threading.Event(), threading.Event()
+
+    def abstraction() -> str:
+        world["calls"] += 1
+        if world.get("hang_once"):
+            world["hang_once"] = False
+            entered.set()
+            release.wait(30)
+        if world["fail"]:
+            raise RuntimeError("cannot read the world")
+        return world["state"]
+
+    guard = Guard(table, abstraction, actions=TOOLS, timeout_s=5.0)
+    assert guard.check("read").allowed and world["calls"] == 1  # not observed: evaluated
+    guard.observe()
+    calls = world["calls"]
+    assert [guard.check(t).allowed for t in ("read", "write", "read")] == [True, False, True]
+    assert guard.permitted() == {"read", "halt"} and world["calls"] == calls  # look-ups only
+    world["state"], world["hang_once"] = "{in_prod}", True  # the world changes; observe hangs
+    t = threading.Thread(target=guard.observe)
+    t.start()
+    try:
+        assert entered.wait(30)
+        d = guard.check("read")  # evaluated for itself: the new state, not the kept one
+        assert not d.allowed and d.state == "{in_prod}"
+    finally:
+        release.set()
+        t.join(30)
+    assert guard.check("write").allowed
+    world["fail"] = True
+    guard.observe()  # fails: nothing kept, every check evaluates (and fails closed)
+    d = guard.check("write")
+    assert not d.allowed and "RuntimeError" in d.reason
+    world["fail"] = False
+    assert guard.check("write").allowed  # the abstraction recovered: so does the check
+
+
+def test_run_episode_evaluates_the_abstraction_once_per_reset_and_executed_call():
+    cfg = SandboxConfig(confirm_prob=0.0, misfire_prob=0.0)
+    with Sandbox(np.random.default_rng(7), config=cfg) as sb:
+        calls = [0]
+
+        def counted() -> str:
+            calls[0] += 1
+            return sb.state()
+
+        guard = Guard({lab: {"read"} for lab in LIVE}, counted, actions=TOOLS)
+        res = run_episode(
+            Scripted(["chmod", "read", "read", "delete", "read"]), sb, guard,
+            policy="ask_again", rng=np.random.default_rng(8),
+        )  # fmt: skip
+        assert res.interventions >= 2  # chmod and delete were checked and blocked
+        assert calls[0] == 1 + res.steps  # the reset, then each executed call (halt included)

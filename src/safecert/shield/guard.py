@@ -17,6 +17,14 @@ malformed proposal, an exception from the abstraction or an abstraction that pas
 runs outside any lock (:func:`safecert.shield.deadline.call_with_deadline`); the lock guards only
 the counters, so a hung abstraction delays only its own check.
 
+φ is evaluated once per step, as in :class:`safecert.shield.session.GuardSession`: whoever changes
+the world the abstraction reads (executes a call, resets the sandbox) calls :meth:`Guard.observe`,
+which evaluates it under its deadline and keeps the state; checks until the next change are then
+table look-ups, with no thread hand-off. :func:`run_episode` observes after every reset and every
+executed call. A guard that was never told of a change (no :meth:`~Guard.observe` yet, or one that
+failed or is under way) evaluates the abstraction in each check, under its deadline — it never
+decides on a state it was not given.
+
 This guard checks; it does not execute. When several threads share tools, or calls must be
 counted against T and start in s0, use :class:`safecert.shield.session.GuardSession`, which makes
 check and execution one atomic step per session.
@@ -68,9 +76,10 @@ class Decision:
 class Guard:
     """Checks proposals against a shield ``{state label: permitted tools}``.
 
-    ``Guard(shield, abstraction, actions=TOOLS, halt="halt")``. ``check(tool)`` evaluates the
-    abstraction, looks the tool up and returns a :class:`Decision`; counters ``checks`` and
-    ``blocked`` are updated under a lock, so one guard may serve many threads.
+    ``Guard(shield, abstraction, actions=TOOLS, halt="halt")``. ``check(tool)`` looks the tool up
+    in D(state) and returns a :class:`Decision`, the state being the one :meth:`observe` kept
+    (else the abstraction evaluated for this check); counters ``checks`` and ``blocked`` are
+    updated under a lock, so one guard may serve many threads.
     """
 
     def __init__(
@@ -96,13 +105,32 @@ class Guard:
         self._abstraction = abstraction
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
+        self._observed: tuple[object] | None = None  # (state,) kept by observe(); None: unknown
         self.checks = 0
         self.blocked = 0
+
+    def observe(self) -> None:
+        """The world the abstraction reads has changed (a call executed, the sandbox was reset):
+        evaluate it now, under its deadline, and keep its state for the checks that follow. While
+        this runs, and after it failed, checks evaluate the abstraction themselves."""
+        self._observed = None
+        try:
+            state = call_with_deadline(self._abstraction, (), self.timeout_s)
+        except Exception:  # fail closed: the checks evaluate (and fail) on their own
+            return
+        self._observed = (state,)
+
+    def _state(self) -> object:
+        """The observed state, or the abstraction evaluated now; raises what it raised."""
+        observed = self._observed
+        if observed is not None:
+            return observed[0]
+        return call_with_deadline(self._abstraction, (), self.timeout_s)
 
     def permitted(self) -> frozenset[str]:
         """D(φ(h)) now; only ``{halt}`` when the state is unknown or the abstraction fails."""
         try:
-            state = call_with_deadline(self._abstraction, (), self.timeout_s)
+            state = self._state()
         except Exception:  # fail closed on any abstraction error or a missed deadline
             return frozenset({self.halt})
         return permitted_actions(self._table, state, self.halt)
@@ -113,7 +141,7 @@ class Guard:
             allowed, state, reason = True, None, ""
         else:
             try:
-                state = call_with_deadline(self._abstraction, (), self.timeout_s)
+                state = self._state()
             except Exception as exc:  # fail closed on any abstraction error or a missed deadline
                 state, allowed, reason = None, False, f"abstraction failed: {type(exc).__name__}"
             else:
@@ -176,6 +204,8 @@ def run_episode(
             f"unknown policy {policy!r}", field="policy", fix=f"use one of {POLICIES}"
         )
     sandbox.reset(injection=injection)
+    if guard is not None:
+        guard.observe()
     controller.reset(rng)
     interventions, refusals, proposals = 0, 0, 0
     blocked: list[str] = []
@@ -198,6 +228,8 @@ def run_episode(
         elif not isinstance(call, ToolCall) or call.tool not in sandbox_tools:
             call = ToolCall("halt")
         sandbox.execute(call)
+        if guard is not None:
+            guard.observe()
     facts = sandbox.predicates()
     return EpisodeResult(
         unsafe=facts["harm"],

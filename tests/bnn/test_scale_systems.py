@@ -1,0 +1,66 @@
+"""The 3-D lane-keeping and 4-D cart-pole systems (issue 25.5): the packaged tables compile to the
+dynamics their comments state (written out here by hand), their policies fit and keep the mean
+closed loop inside B, and ``--benchmark`` builds their published setup."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from safecert.bnn.config import bayesian_spec
+from safecert.bnn.networks import SCALE_POLICIES, load_policy
+from safecert.bnn.setup import benchmark_config
+from safecert.bnn.spec import parse_epsilon
+from safecert.bnn.system import get_benchmark
+
+
+def _lane(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    uc = np.clip(u, -1, 1)
+    return np.stack([x[:, 0] + 0.1 * x[:, 1], x[:, 1] + 0.1 * x[:, 2], 0.8 * x[:, 2] + 0.2 * uc], 1)
+
+
+def _cartpole(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    uc = np.clip(u, -1, 1)
+    M, m, half_len, g, dt, force = 1.0, 0.1, 0.5, 9.8, 0.05, 10.0
+    acc = (force * uc - m * g * x[:, 2]) / M
+    ang = ((M + m) * g * x[:, 2] - force * uc) / (M * half_len)
+    return np.stack(
+        [x[:, 0] + dt * x[:, 1], x[:, 1] + dt * acc, x[:, 2] + dt * x[:, 3], x[:, 3] + dt * ang], 1
+    )
+
+
+@pytest.mark.parametrize("name,step", [("lane", _lane), ("cartpole", _cartpole)])
+def test_packaged_dynamics_are_the_stated_model(name, step) -> None:
+    bench = get_benchmark(name)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(bench.box.lo, bench.box.hi, size=(5000, bench.state_dim))
+    u = rng.uniform(-3, 3, size=(5000, 1))
+    np.testing.assert_allclose(bench.step(x, u), step(x, u[:, 0]), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", SCALE_POLICIES)
+def test_mean_closed_loop_from_every_corner_of_x0_stays_inside_and_settles(name) -> None:
+    bench, net = get_benchmark(name), load_policy(name)
+    assert (net.in_dim, net.out_dim) == (bench.state_dim, 1)
+    box = bench.initial.pieces[0].box
+    x = np.array(list(itertools.product(*zip(box.lo, box.hi, strict=True))))
+    for _ in range(400):
+        x = bench.step(x, net.forward(x))
+        assert np.all(bench.in_box(x)) and not np.any(bench.in_unsafe(x))
+    assert np.max(np.abs(x)) < 0.1  # settles near the origin
+
+
+@pytest.mark.parametrize("name", SCALE_POLICIES)
+def test_benchmark_setup_is_the_papers_convention(name) -> None:
+    cfg = benchmark_config(name)
+    assert cfg.bayesian.sigma == 0.1 and cfg.bayesian.first_layer == 1
+    assert cfg.invariant.hidden == [16]
+    net = load_policy(name)
+    box = bayesian_spec(cfg, net).box(net, parse_epsilon("0.5sigma"))
+    (w0l, _), (w0u, _) = box.lower[0], box.upper[0]
+    np.testing.assert_array_equal(w0l, w0u)  # first layer deterministic
+    (w1l, b1l), (w1u, b1u) = box.lower[1], box.upper[1]
+    np.testing.assert_allclose(w1u - w1l, 2 * 0.05)  # ± 0.5 · 0.1 on the output kernel
+    np.testing.assert_array_equal(b1l, b1u)

@@ -183,3 +183,24 @@ def test_a_round_trip_of_n_calls_has_n_deadlines(tmp_path, hang):
             assert [r.tolist() for r in results] == [[[0.0]], [[2.0]], [[1.0]]]
     finally:
         oracle.close()
+
+
+def test_a_one_worker_run_starts_its_policy_worker_once(tmp_path, monkeypatch):
+    """The pre-run check's policy worker runs the episodes too (one start, not two: a start is
+    an interpreter, NumPy and the policy's import)."""
+    from safecert.blackbox.certify import certify
+
+    (tmp_path / "mixed_pol.py").write_text(MIXED)
+    config = write_run(tmp_path, RUN.format().replace("episodes = 14", "episodes = 3"))
+    starts: list[tuple[str, ...]] = []
+    real = Channel._start
+
+    def counted(self):
+        starts.append(self.argv)
+        return real(self)
+
+    monkeypatch.setattr(Channel, "_start", counted)
+    cert = certify(config, tmp_path / "out", workers=1, progress=False)
+    policy_workers = [a for a in starts if "safecert.blackbox.oracles.worker" in a]
+    assert len(policy_workers) == 1, starts
+    assert sum(c.episodes for c in cert.result.cells) == 2 * 3  # the run did use it

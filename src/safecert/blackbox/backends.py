@@ -252,6 +252,13 @@ class LocalBackend:
         self._ctx: RunContext | None = None
         self._worker: Worker | None = None
         self._pool: ProcessPoolExecutor | None = None
+        self._lent: Oracle | None = None
+
+    def lend(self, oracle: Oracle | None) -> None:
+        """An oracle of the run's policy already started (the pre-run check's): with one worker,
+        the in-process :class:`Worker` uses it instead of starting another. The caller closes
+        it, after this backend, and takes it back with ``lend(None)``."""
+        self._lent = oracle
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -265,7 +272,7 @@ class LocalBackend:
         self.close()
         self.workers = self.worker_count(ctx)
         if self.workers == 1:
-            self._worker = Worker(ctx)
+            self._worker = Worker(ctx, self._lent)
             self._worker.stay_colocated()
         else:
             mp_ctx = mp.get_context("forkserver")

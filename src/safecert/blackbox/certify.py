@@ -35,7 +35,7 @@ from safecert.blackbox.config import RunConfig, certified_parameters
 from safecert.blackbox.grid import Family, axes
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.judge import judge_run
-from safecert.blackbox.oracles import make_oracle
+from safecert.blackbox.oracles import Oracle, make_oracle
 from safecert.blackbox.plan import RunPlan, plan_run
 from safecert.blackbox.progress import Progress, RunTracker, run_events
 from safecert.blackbox.result import (
@@ -67,25 +67,29 @@ def open_store(plan: RunPlan, out_dir: Path, *, resume: bool) -> EpisodeStore:
     )
 
 
-def make_context(plan: RunPlan, store: EpisodeStore) -> RunContext:
+def make_context(plan: RunPlan, store: EpisodeStore, oracle: Oracle | None = None) -> RunContext:
     """Check the policy and the spec on the real environment, then fix the observation ranges.
 
     Before any stored episode: one call on a real first observation whose reply must have the
     action space's type and shape (else one OracleError line); then one nominal episode played
     with the spec evaluated strictly, so a cost or goal that reads a key or index the environment
     does not provide is one ConfigError line naming it (the episode is not stored). Ranges
-    (:mod:`safecert.blackbox.ranges`) are computed once and kept in the store."""
+    (:mod:`safecert.blackbox.ranges`) are computed once and kept in the store. ``oracle``: the
+    policy's oracle, the caller's to close (then the run may go on using it); by default one is
+    built for the check and closed."""
     from safecert.blackbox.preflight import check_policy_and_spec, compute_ranges
 
-    oracle = make_oracle(plan.oracle)
+    own = oracle is None
+    checked = make_oracle(plan.oracle) if oracle is None else oracle
     try:
-        check_policy_and_spec(plan, oracle)
+        check_policy_and_spec(plan, checked)
         ranges = store.get_meta("obs_ranges")
         if ranges is None and plan.needs_obs_ranges:
             ranges = compute_ranges(plan)
             store.set_meta("obs_ranges", ranges)
     finally:
-        oracle.close()
+        if own:
+            checked.close()
     return RunContext(
         plan.config,
         str(plan.base_dir),
@@ -276,9 +280,12 @@ def certify(
     with (
         run_events(progress) as events,
         open_store(plan, out_dir, resume=resume) as store,
+        lent_oracle(plan, backend) as oracle,
         closing_local(backend),
     ):
-        ctx = make_context(plan, store)
+        ctx = make_context(plan, store, oracle)
+        if not isinstance(backend, LocalBackend) or backend.worker_count(ctx) > 1:
+            oracle.close()  # the run's workers start their own: not one idle beside them
         tracker = fixed_tracker(plan, store, events)
         tracker.start()
         run_jobs(backend, plan.all_jobs(store.done()), ctx, store, progress=tracker)
@@ -331,6 +338,24 @@ def closing_local(backend: Backend) -> Iterator[None]:
     finally:
         if isinstance(backend, LocalBackend):
             backend.close()
+
+
+@contextmanager
+def lent_oracle(plan: RunPlan, backend: Backend) -> Iterator[Oracle]:
+    """The policy's oracle for the pre-run check, lent to a :class:`LocalBackend` whose one
+    in-process worker then runs the episodes with it (a policy worker is started once, not
+    twice: about 0.15 s of a cheap run's fixed cost); closed when the run ends — enter it before
+    :func:`closing_local`, so that the backend is closed first."""
+    oracle = make_oracle(plan.oracle)
+    local = backend if isinstance(backend, LocalBackend) else None
+    try:
+        if local is not None:
+            local.lend(oracle)
+        yield oracle
+    finally:
+        if local is not None:
+            local.lend(None)
+        oracle.close()
 
 
 def replay(config_path: Path, cell: int, index: int) -> EpisodeRecord:

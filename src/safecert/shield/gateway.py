@@ -51,7 +51,7 @@ from safecert.shield.session import (
     decode_result,
 )
 from safecert.shield.stdio_framing import Wire
-from safecert.shield.upstream import Upstream, first_cause
+from safecert.shield.upstream import ToolReply, Upstream, first_cause
 
 
 def mcp_result_value(result: Any) -> Any:
@@ -65,13 +65,6 @@ def mcp_result_value(result: Any) -> Any:
 def _text(message: str, error: bool) -> dict[str, Any]:
     """A ``CallToolResult`` of one text, as JSON."""
     return {"content": [{"type": "text", "text": message}], "isError": error}
-
-
-def _wire_value(result: dict[str, Any]) -> Any:
-    """:func:`mcp_result_value` of an upstream result as JSON (validated by ``call_tool``)."""
-    import mcp_types as types
-
-    return mcp_result_value(types.CallToolResult.model_validate(result))
 
 
 @dataclass
@@ -173,8 +166,10 @@ class Gateway:
             exact = False
         if not exact:
             raise MCPError(-32602, "Invalid params", "arguments must be exact JSON (no NaN)")
-        result = await self.tool_call(self._session(ctx), params.name, arguments)
-        return types.CallToolResult.model_validate(result)
+        out = await self.tool_call(self._session(ctx), params.name, arguments)
+        return (
+            out.result if isinstance(out, ToolReply) else types.CallToolResult.model_validate(out)
+        )
 
     def stdio_intercept(self, wire: Wire, spawn: Callable[..., Any]) -> Callable[[Any], bool]:
         """The raw ``tools/call`` path of a stdio connection (the ``intercept`` of
@@ -218,9 +213,9 @@ class Gateway:
 
         gs = self._keyed_session(wire) if wire.initialized else None
         arguments = params.get("arguments")
-        result = await self.tool_call(gs, params["name"], arguments or {}, answer)
+        out = await self.tool_call(gs, params["name"], arguments or {}, answer)
         if not sent:
-            await answer(result)
+            await answer(out.json if isinstance(out, ToolReply) else out)
 
     async def tool_call(
         self,
@@ -228,11 +223,11 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-    ) -> dict[str, Any]:
-        """One ``tools/call`` of the session ``gs`` (``None``: no session, blocked), as the JSON
-        of its ``CallToolResult``: the upstream's own when it was forwarded, else a text. With
-        ``answer``, a forwarded result is handed to it as soon as the upstream answered, before
-        φ of the new history is evaluated (the session stays locked until it is)."""
+    ) -> ToolReply | dict[str, Any]:
+        """One ``tools/call`` of the session ``gs`` (``None``: no session, blocked): the
+        upstream's reply when it was forwarded, else the JSON of a text ``CallToolResult``. With
+        ``answer``, a forwarded result's JSON is handed to it as soon as the upstream answered,
+        before φ of the new history is evaluated (the session stays locked until it is)."""
         if gs is None:
             self._count("blocked", "no_session")
             return _text(
@@ -280,7 +275,7 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         answer: Callable[[dict[str, Any]], Awaitable[None]] | None,
-    ) -> dict[str, Any]:
+    ) -> ToolReply | dict[str, Any]:
         if name != self.shield.halt and not await self.upstream.wait_up(
             self.upstream.start_timeout_s
         ):
@@ -293,10 +288,10 @@ class Gateway:
                 name,
                 arguments,
                 lambda: self.upstream.call_tool(name, arguments),
-                result_value=_wire_value,
+                result_value=lambda reply: mcp_result_value(reply.result),
                 timeout_s=self.upstream_timeout_s,
                 available=name in self._names or name == self.shield.halt,
-                answer=answer,
+                answer=None if answer is None else lambda reply: answer(reply.json),
             )
         except Exception as exc:  # the session has ended: executed or not is unknown
             why = "timed out" if isinstance(exc, TimeoutError) else first_cause(exc)

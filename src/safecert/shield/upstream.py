@@ -42,6 +42,15 @@ class UpstreamError(Exception):
     """The upstream answered a ``tools/call`` with a JSON-RPC error or a malformed result."""
 
 
+@dataclass(frozen=True)
+class ToolReply:
+    """The upstream's answer to one ``tools/call``: the result as it came (JSON) and the SDK's
+    ``CallToolResult`` validated from it."""
+
+    json: dict[str, Any]
+    result: Any
+
+
 @dataclass
 class Upstream:
     """One upstream MCP server process at a time, restarted when it dies (module docstring).
@@ -158,9 +167,8 @@ class Upstream:
                 await anyio.sleep(0.01)  # only while it is down: a rare, short wait
         return self.status == "up"
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The upstream's ``tools/call`` result, the JSON object as it came (validated as the
-        SDK's ``CallToolResult`` first). Raises :class:`UpstreamDied` if the upstream is down or
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply:
+        """The upstream's ``tools/call`` result, as it came and validated. Raises :class:`UpstreamDied` if the upstream is down or
         dies before answering, :class:`UpstreamError` for a JSON-RPC error or a malformed result.
         Cancelling the await forgets the call (a late answer is dropped)."""
         import mcp_types as types
@@ -185,10 +193,9 @@ class Upstream:
                 f"JSON-RPC error {error}" if error is not None else "an answer without a result"
             )
         try:
-            types.CallToolResult.model_validate(result)
+            return ToolReply(result, types.CallToolResult.model_validate(result))
         except ValueError as exc:
             raise UpstreamError(f"a malformed tools/call result ({first_cause(exc)})") from None
-        return result
 
     def _take_reply(self, message: Any) -> bool:
         """The upstream's output, parsed: an answer to one of our ``tools/call`` requests is taken

@@ -2,11 +2,16 @@
 action-space check, spec cost) beside a hand-written Gymnasium loop on the same task, policy and
 seeds, in this one process — no start-up, no store, no report. Best (minimum) of ``--repeat``
 interleaved runs, so load changes hit both sides. ``--trust`` sets how a ``python:`` policy runs
-(``in-process``, or ``isolated``: in a policy worker process, one pipe round trip per call, with
-the rollout and the worker on one CPU as certify's own worker runs them).
+(``in-process``, or ``isolated``: in a policy worker process, one pipe round trip per step, with
+the rollout and the worker on one CPU as certify's own worker runs them). ``--lockstep`` K: the
+rollout steps K × batch episodes together, one policy call per ``batch`` rows, a step's calls in
+one round trip to a policy worker (``lockstep`` of the run config; 0 = its default: 16 for a
+policy worker, 1 otherwise).
 
     .venv/bin/python benchmarks/rollout_overhead.py --episodes 60 --repeat 7 --batch 1,8
     .venv/bin/python benchmarks/rollout_overhead.py --tasks cartpole --trust in-process,isolated
+    .venv/bin/python benchmarks/rollout_overhead.py --tasks cartpole --trust isolated --batch 1 \
+        --lockstep 1,4,16,32
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import gymnasium as gym
 import numpy as np
 
 import safecert.envs  # noqa: F401  (registers the built-in tasks)
+from safecert.blackbox.backends import lockstep
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
-from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
+from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec
 from safecert.blackbox.rollout import make_base_env, run_lockstep
 from safecert.isolation import colocated
 
@@ -90,22 +96,33 @@ def hand_loop(task: str, episodes: int, act: Callable[[np.ndarray], np.ndarray])
     return steps
 
 
-def certify_loop(task: str, episodes: int, batch: int, trust: str) -> tuple[int, float, float]:
+def certify_loop(
+    task: str, episodes: int, batch: int, trust: str, k: int
+) -> tuple[int, float, float]:
     """(steps, wall seconds, CPU seconds of this process) of certify's loop alone on
     ``episodes`` episodes (an isolated policy's worker process is not in the CPU seconds)."""
     spec = TASKS[task]
     config = RunConfig.model_validate(
-        {**spec, "episodes": episodes, "seed": 0, "workers": 1, "batch_size": batch}
+        {
+            **spec,
+            "episodes": episodes,
+            "seed": 0,
+            "workers": 1,
+            "batch_size": batch,
+            "lockstep": k or None,
+        }
     )
     oracle_spec = parse_oracle_spec(config.policy, base_dir=REPO / "examples", trust=trust)
     oracle = make_oracle(oracle_spec)
-    envs = [make_base_env(config, REPO) for _ in range(batch)]
+    copies = batch * lockstep(config, oracle_spec)
+    envs = [make_base_env(config, REPO) for _ in range(min(copies, episodes))]
     jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
     try:
         oracle.probe()  # a worker's start-up is not per-step work
         with colocated():
             start, cpu = time.perf_counter(), time.process_time()
-            steps = sum(r.steps for r in run_lockstep(envs, jobs, oracle.act, config))
+            records = run_lockstep(envs, jobs, oracle.act, config, calls=lockstep_calls(oracle))
+            steps = sum(r.steps for r in records)
             return steps, time.perf_counter() - start, time.process_time() - cpu
     finally:
         oracle.close()
@@ -118,32 +135,38 @@ def main() -> None:
     parser.add_argument("--tasks", default="cartpole,point,cheetah")
     parser.add_argument("--batch", default="1,8", help="comma-separated batch_size values")
     parser.add_argument("--trust", default="in-process", help="in-process and/or isolated")
+    parser.add_argument("--lockstep", default="0", help="comma-separated K values (0: default)")
     args = parser.parse_args()
-    variants = [(trust, int(b)) for trust in args.trust.split(",") for b in args.batch.split(",")]
+    variants = [
+        (trust, int(b), int(k))
+        for trust in args.trust.split(",")
+        for b in args.batch.split(",")
+        for k in args.lockstep.split(",")
+    ]
     result: dict[str, object] = {"load_average_1min": os.getloadavg()[0]}
     for task in args.tasks.split(","):
         act = hand_policy(task)
         hand: list[float] = []
         hand_cpu: list[float] = []
-        mine: dict[tuple[str, int], list[float]] = {v: [] for v in variants}
-        mine_cpu: dict[tuple[str, int], list[float]] = {v: [] for v in variants}
+        mine: dict[tuple[str, int, int], list[float]] = {v: [] for v in variants}
+        mine_cpu: dict[tuple[str, int, int], list[float]] = {v: [] for v in variants}
         steps: dict[object, int] = {}
         for _ in range(args.repeat):
             start, cpu = time.perf_counter(), time.process_time()
             steps["hand"] = hand_loop(task, args.episodes, act)
             hand.append(time.perf_counter() - start)
             hand_cpu.append(time.process_time() - cpu)
-            for trust, b in variants:
-                steps[trust, b], seconds, cpu_s = certify_loop(task, args.episodes, b, trust)
-                mine[trust, b].append(seconds)
-                mine_cpu[trust, b].append(cpu_s)
+            for trust, b, k in variants:
+                steps[trust, b, k], seconds, cpu_s = certify_loop(task, args.episodes, b, trust, k)
+                mine[trust, b, k].append(seconds)
+                mine_cpu[trust, b, k].append(cpu_s)
         if len(set(steps.values())) != 1:
             raise SystemExit(f"{task}: the loops ran different episodes: {steps}")
         h, hc = min(hand), min(hand_cpu)
         row: dict[str, object] = {"steps": steps["hand"], "hand_s": h, "hand_cpu_s": hc}
-        for trust, b in variants:
-            m, mc = min(mine[trust, b]), min(mine_cpu[trust, b])
-            row[f"{trust}_batch_{b}"] = {
+        for trust, b, k in variants:
+            m, mc = min(mine[trust, b, k]), min(mine_cpu[trust, b, k])
+            row[f"{trust}_batch_{b}_lockstep_{k or 'default'}"] = {
                 "certify_loop_s": m,
                 "ratio": m / h,
                 "extra_us_per_step": (m - h) / steps["hand"] * 1e6,

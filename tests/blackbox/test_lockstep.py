@@ -91,6 +91,42 @@ def test_lockstep_gives_the_records_of_one_episode_at_a_time(tmp_path, monkeypat
     assert "lockstep" not in certified_parameters(ctx5.config)
 
 
+@pytest.mark.parametrize(
+    ("replies", "at_once"),
+    [
+        ([{"actions": [1]}, {"actions": [0]}, {"actions": [True]}], True),
+        ([{"actions": [1.5]}, {"actions": [0.0]}], True),
+        ([{"actions": [[0.5, 1.0]]}, {"actions": [[1.0, -2.0]]}], True),
+        ([{"actions": [1]}, {"actions": [0.0]}], False),  # an int call and a float call
+        ([{"actions": [[0.5, 1.0]]}, {"actions": [[1.0]]}], False),  # ragged
+        ([{"actions": [2**63]}, {"actions": [1]}], False),  # beyond int64
+        ([{"actions": [[]]}, {"actions": [[]]}], False),
+        ([{"actions": [1, 2]}, {"actions": [3]}], False),  # a row too many
+        ([{"actions": [None]}, {"actions": [1]}], False),
+        ([{"error": "no"}, {"actions": [1]}], False),
+        ([{"actions": [[[1]]]}, {"actions": [[[2]]]}], False),
+    ],
+)
+def test_replies_checked_at_once_are_the_replies_checked_alone(replies, at_once):
+    from safecert.blackbox.oracles.base import reply_actions, stacked
+    from safecert.blackbox.oracles.exec_oracle import _same_rows
+
+    sizes = [1] * len(replies)
+    alone = []
+    for doc, n in zip(replies, sizes, strict=True):
+        try:
+            alone.append(reply_actions(doc, n))
+        except OracleFailure as exc:
+            alone.append(exc)
+    expected = stacked(alone, tuple(range(k, k + 1) for k in range(len(replies))))
+    fast = _same_rows(replies, sizes)
+    assert (fast is not None) == at_once
+    if fast is not None:  # exactly what each check alone stacks to
+        assert isinstance(expected, np.ndarray)
+        assert fast.dtype == expected.dtype and fast.shape == expected.shape
+        assert fast.tolist() == expected.tolist()
+
+
 def _worker_oracle(tmp_path, body: str, timeout_s: float = 10.0):
     (tmp_path / "pol.py").write_text(textwrap.dedent(body))
     return make_oracle(parse_oracle_spec("python:pol:act", base_dir=tmp_path, timeout_s=timeout_s))
@@ -119,7 +155,7 @@ def test_a_worker_that_dies_mid_step_fails_every_call_of_the_round_trip(tmp_path
         assert "exited (exit code 3)" in reason and "held 4 policy calls" in reason, reason
         # the next step starts a fresh worker, and a step without the deadly row is answered
         again = oracle.act_calls(np.array([[0.0], [0.1], [0.2]]), 2)
-        assert [r.tolist() for r in again] == [[0, 0], [0]]
+        assert isinstance(again, np.ndarray) and again.tolist() == [0, 0, 0]  # stacked
         assert oracle.restarts == 1
     finally:
         oracle.close()
@@ -180,7 +216,7 @@ def test_a_round_trip_of_n_calls_has_n_deadlines(tmp_path, hang):
             assert all(isinstance(r, OracleFailure) for r in results)
             assert "no complete reply within 0.75s" in results[0].reason
         else:
-            assert [r.tolist() for r in results] == [[[0.0]], [[2.0]], [[1.0]]]
+            assert results.tolist() == [[0.0], [2.0], [1.0]]
     finally:
         oracle.close()
 

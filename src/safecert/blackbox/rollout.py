@@ -286,7 +286,7 @@ def run_lockstep(
         if not running:
             return
         n = len(running)
-        batch = running[0][1].obs[None] if n == 1 else np.stack([ep.obs for _, ep in running])
+        batch = running[0][1].obs[None] if n == 1 else np.array([ep.obs for _, ep in running])
         results = step_calls(batch, size)
         raw, accepted, failed = _step_actions(results, n, size, accept)
         for row, (i, ep) in enumerate(running):
@@ -344,7 +344,7 @@ _UNCHECKED = object()
 
 
 def _step_actions(
-    results: Sequence[CallResult],
+    results: np.ndarray | list[CallResult],
     n: int,
     size: int,
     accept: Callable[[np.ndarray], Sequence[Any] | None],
@@ -352,16 +352,16 @@ def _step_actions(
     """One step's replies as rows: (raw rows, accepted actions or None, per-row failure reasons
     or None).
 
-    When every call succeeded with ``size`` rows (the last: the rest) of one dtype and row shape,
-    the replies are checked at once (``accept``); otherwise call by call, and a failed call (or a
-    reply with the wrong number of rows) fails the rows it held."""
+    Stacked replies (every call answered alike, :func:`~safecert.blackbox.oracles.base.stacked`)
+    are checked at once (``accept``); otherwise call by call, and a failed call (or a reply with
+    the wrong number of rows) fails the rows it held."""
+    if isinstance(results, np.ndarray):
+        if results.ndim and results.shape[0] == n:
+            return results, accept(results), None
+        results = [results]  # one call's reply with the wrong number of rows
     groups = call_groups(n, size)
     if len(results) != len(groups):
         raise AssertionError(f"{len(results)} replies for {len(groups)} calls")
-    first = results[0]
-    if isinstance(first, np.ndarray) and first.ndim and _same_kind(results, groups):
-        actions = first if len(results) == 1 else np.concatenate(results)
-        return actions, accept(actions), None
     raw: list[Any] = [None] * n
     accepted: list[Any] = [_UNCHECKED] * n
     failed: list[str | None] = [None] * n
@@ -377,20 +377,3 @@ def _step_actions(
             if ok is not None:
                 accepted[row] = ok[j]
     return raw, accepted, failed
-
-
-def _same_kind(results: Sequence[CallResult], groups: Sequence[range]) -> bool:
-    """Every result is an array with its call's rows, of the first one's dtype and row shape."""
-    first = results[0]
-    assert isinstance(first, np.ndarray)
-    dtype, shape = first.dtype, first.shape[1:]
-    for result, rows in zip(results, groups, strict=True):
-        if not (
-            isinstance(result, np.ndarray)
-            and result.ndim
-            and result.shape[0] == len(rows)
-            and result.dtype == dtype
-            and result.shape[1:] == shape
-        ):
-            return False
-    return True

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -55,28 +56,52 @@ class Oracle(Protocol):
 
 #: one policy call of a lockstep step: its actions, or the failure that ended it
 CallResult = np.ndarray | OracleFailure
-#: a lockstep step's calls: ``(observations, size)`` → one :data:`CallResult` per consecutive group
-#: of ``size`` rows (the last may be shorter), in order
-Calls = Callable[[np.ndarray, int], list[CallResult]]
+#: a lockstep step's calls: ``(observations, size)`` → one call per consecutive group of ``size``
+#: rows (the last may be shorter, :func:`call_groups`); the replies' rows stacked in one array
+#: when every call succeeded with a reply of one dtype and row shape (:func:`stacked`), else one
+#: :data:`CallResult` per call, in order
+Calls = Callable[[np.ndarray, int], "np.ndarray | list[CallResult]"]
 
 
-def call_groups(n_rows: int, size: int) -> list[range]:
+@lru_cache(maxsize=1024)
+def call_groups(n_rows: int, size: int) -> tuple[range, ...]:
     """The rows of each call when ``n_rows`` observations are answered ``size`` rows a call."""
-    return [range(i, min(i + size, n_rows)) for i in range(0, n_rows, size)]
+    return tuple(range(i, min(i + size, n_rows)) for i in range(0, n_rows, size))
+
+
+def stacked(results: list[CallResult], groups: tuple[range, ...]) -> np.ndarray | list[CallResult]:
+    """``results`` as one array of rows when every one is an array with its call's rows, all of
+    one dtype and row shape (then checking the rows at once is checking each call's alone), else
+    ``results`` as they are."""
+    first = results[0]
+    if not isinstance(first, np.ndarray) or not first.ndim:
+        return results
+    dtype, shape = first.dtype, first.shape[1:]
+    for result, rows in zip(results, groups, strict=True):
+        if not (
+            isinstance(result, np.ndarray)
+            and result.ndim
+            and result.shape[0] == len(rows)
+            and result.dtype == dtype
+            and result.shape[1:] == shape
+        ):
+            return results
+    return first if len(results) == 1 else np.concatenate(results)
 
 
 def each_call(
     act: Callable[[np.ndarray], np.ndarray], observations: np.ndarray, size: int
-) -> list[CallResult]:
+) -> np.ndarray | list[CallResult]:
     """:data:`Calls` for an oracle whose calls cost the same one by one: ``act`` once per group of
     ``size`` rows, in order; a call's :class:`OracleFailure` is its result, not the step's."""
+    groups = call_groups(len(observations), size)
     out: list[CallResult] = []
-    for rows in call_groups(len(observations), size):
+    for rows in groups:
         try:
             out.append(np.asarray(act(observations[rows.start : rows.stop])))
         except OracleFailure as exc:
             out.append(exc)
-    return out
+    return stacked(out, groups)
 
 
 def check_actions(raw: Any, n_rows: int) -> np.ndarray:
@@ -85,16 +110,17 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     Integer (and boolean) replies keep an integer dtype (discrete action spaces); everything else is
     returned as float64. Raises :class:`OracleFailure` naming what is wrong.
     """
-    rows = f"a list of {n_rows} action{'s' * (n_rows != 1)}, one per observation"
     if raw is None:
-        raise OracleFailure(f"the vendor replied null; expected {rows}")
+        raise OracleFailure(f"the vendor replied null; expected {_rows(n_rows)}")
     try:
         arr = np.asarray(raw)
     except (ValueError, TypeError) as exc:  # ragged nested lists
         raise OracleFailure(f"actions are not a rectangular array ({exc})") from None
     kind = arr.dtype.kind
     if kind not in "biuf":  # object arrays (kind "O") included
-        raise OracleFailure(f"actions are not numbers ({_not_numbers(raw)}); expected {rows}")
+        raise OracleFailure(
+            f"actions are not numbers ({_not_numbers(raw)}); expected {_rows(n_rows)}"
+        )
     if arr.ndim == 0:
         raise OracleFailure("actions are a scalar, expected one row per observation")
     if arr.shape[0] != n_rows:
@@ -108,6 +134,11 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     if not finite:
         raise OracleFailure("actions contain non-finite values (NaN or inf)")
     return arr
+
+
+def _rows(n_rows: int) -> str:
+    """What a reply should be, in words (built only for a reply that is not)."""
+    return f"a list of {n_rows} action{'s' * (n_rows != 1)}, one per observation"
 
 
 def _not_numbers(raw: Any) -> str:

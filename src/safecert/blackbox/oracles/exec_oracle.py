@@ -29,6 +29,7 @@ from safecert.blackbox.oracles.base import (
     json_call,
     parse_reply,
     reply_actions,
+    stacked,
 )
 from safecert.isolation import Channel, ChannelFailure
 
@@ -64,16 +65,19 @@ class ExecOracle:
     def act(self, observations: np.ndarray) -> np.ndarray:
         return json_call(self._round_trip, observations)
 
-    def act_calls(self, observations: np.ndarray, size: int) -> list[CallResult]:
+    def act_calls(self, observations: np.ndarray, size: int) -> np.ndarray | list[CallResult]:
         """The :data:`~safecert.blackbox.oracles.base.Calls` of a lockstep step: one policy call
         per group of ``size`` rows, each answered as if alone.
 
         A policy worker receives every call of the step in ONE round trip (a ``"calls"`` request)
         and calls the policy on each group in turn; the round trip's deadline is the sum of its
-        calls' (``timeout_s`` each). A group holding a non-finite observation fails up front, as
-        a lone call would; a worker that dies, hangs or answers out of protocol fails every call
-        of the round trip, with the reason and how many calls it held. A vendor's own ``exec:``
-        program answers whole requests, so its calls go one round trip each."""
+        calls' (``timeout_s`` each). Each call's reply is checked as a lone call's would be
+        (:func:`~safecert.blackbox.oracles.base.reply_actions`; when every reply holds numbers of
+        one type, all at once: :func:`_same_rows`). A group holding a non-finite observation
+        fails up front, as a lone call would; a worker that dies, hangs or answers out of
+        protocol fails every call of the round trip, with the reason and how many calls it held.
+        A vendor's own ``exec:`` program answers whole requests, so its calls go one round trip
+        each."""
         groups = call_groups(len(observations), size)
         if not self.spec.in_worker or len(groups) <= 1:
             return each_call(self.act, observations, size)
@@ -102,12 +106,16 @@ class ExecOracle:
             )
             out.update(dict.fromkeys(sent, whole))
             return [out[k] for k in range(len(groups))]
+        if len(sent) == len(groups):
+            rows = _same_rows(replies, sizes)
+            if rows is not None:
+                return rows
         for k, doc, n in zip(sent, replies, sizes, strict=True):
             try:
                 out[k] = reply_actions(doc, n)
             except OracleFailure as exc:
                 out[k] = exc
-        return [out[k] for k in range(len(groups))]
+        return stacked([out[k] for k in range(len(groups))], groups)
 
     def probe(self, observations: np.ndarray | None = None) -> None:
         """Start the program and make one real call (``observations``, or a zero-row batch)."""
@@ -142,3 +150,41 @@ def _call_replies(doc: object, n_calls: int) -> list:
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         raise OracleFailure(f"the policy worker failed the request: {doc['error'][:300]}")
     raise OracleFailure(f'reply has no "calls" list of {n_calls} replies')
+
+
+def _same_rows(replies: list, sizes: list[int]) -> np.ndarray | None:
+    """The replies' rows stacked, when each reply is ``{"actions": rows}`` with its call's number
+    of rows, every row a number or a flat list of numbers, the numbers all ints and bools or all
+    finite floats, in rows of one shape: then these are exactly the rows
+    :func:`~safecert.blackbox.oracles.base.check_actions` gives each call alone (int64 or
+    float64), stacked as :func:`~safecert.blackbox.oracles.base.stacked` would. None otherwise:
+    each reply is then checked alone."""
+    rows: list = []
+    for doc, n in zip(replies, sizes, strict=True):
+        if type(doc) is not dict or "actions" not in doc:
+            return None
+        raw = doc["actions"]
+        if type(raw) is not list or len(raw) != n:
+            return None
+        rows += raw
+    kinds: set[type] = set()
+    for row in rows:
+        if type(row) is list:
+            kinds.update(map(type, row))
+        else:
+            kinds.add(type(row))
+    if not kinds:  # rows without numbers: check_actions's own dtype rules apply
+        return None
+    if kinds <= {int, bool}:
+        dtype = np.int64
+    elif kinds == {float}:
+        dtype = np.float64
+    else:
+        return None
+    try:
+        arr = np.array(rows, dtype=dtype)
+    except (ValueError, OverflowError):  # ragged rows, an integer beyond 64 bits
+        return None
+    if dtype is np.float64 and not _finite(arr):
+        return None
+    return arr

@@ -90,10 +90,15 @@ def main(argv: list[str]) -> int:
             if sizes is None:
                 doc = call(obs)
             else:  # the calls of a lockstep step: one per group of rows, each as if alone
-                ends = np.cumsum([int(n) for n in sizes])
-                if len(ends) == 0 or ends[-1] != len(obs) or (np.diff(ends, prepend=0) < 1).any():
+                calls, start = [], 0
+                for n in sizes:
+                    if not 0 < int(n) <= len(obs) - start:
+                        raise ValueError("calls do not split the observations")
+                    calls.append(call(obs[start : start + int(n)].copy()))
+                    start += int(n)
+                if start != len(obs) or not calls:
                     raise ValueError("calls do not split the observations")
-                doc = {"calls": [call(part.copy()) for part in np.split(obs, ends[:-1])]}
+                doc = {"calls": calls}
             reply = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             reply = orjson.dumps({"error": f"bad request ({type(exc).__name__})"})

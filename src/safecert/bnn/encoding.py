@@ -126,14 +126,19 @@ def interval_layer(
     w_hi: np.ndarray,
     b_lo: np.ndarray,
     b_hi: np.ndarray,
-    known: LayerBounds | None = None,
+    stable: LayerBounds | None = None,
 ) -> Bounded:
     """Pre-activations ``z = x @ W + b`` for every ``W ∈ [w_lo, w_hi]``, ``b ∈ [b_lo, b_hi]`` (exact);
-    the column bounds are the interval ones intersected with ``known`` (sound bounds of ``z`` from
-    elsewhere, e.g. :func:`~safecert.bnn.bounds.crown_bounds`)."""
+    the column bounds are the interval ones, except where ``stable`` (sound bounds of ``z`` from
+    elsewhere, e.g. :func:`~safecert.bnn.bounds.crown_bounds`) proves the sign of a neuron the
+    interval bounds leave unstable: there its bound is taken from ``stable`` (no binary after the
+    ReLU). Bounds that prove nothing are not used: a different big-M alone changes the solver's
+    path, not its answer (benchmarks/RESULTS_bnn_scale.md)."""
     z_lo, z_hi = interval_affine(x.lo, x.hi, w_lo, w_hi, b_lo, b_hi)
-    if known is not None:
-        z_lo, z_hi = np.maximum(z_lo, known.z_lo), np.minimum(z_hi, known.z_hi)
+    if stable is not None:
+        straddle = (z_lo < 0.0) & (z_hi > 0.0)
+        z_lo = np.where(straddle & (stable.z_lo >= 0.0), stable.z_lo, z_lo)
+        z_hi = np.where(straddle & (stable.z_hi <= 0.0), stable.z_hi, z_hi)
     z = new_vars(milp, z_lo, z_hi)
     wide = w_lo < w_hi  # (in, out)
     pos, neg = _sign_split(milp, x, np.asarray(wide.any(axis=1)))
@@ -190,11 +195,11 @@ def encode_network(
 ) -> NetworkEncoding:
     """Encode ``out = net_W(x)`` for all ``W`` in the box (a plain network is a one-point box).
 
-    Every layer's bounds are the interval ones intersected with the CROWN-style bounds over the
-    input box (:func:`~safecert.bnn.bounds.network_bounds`): smaller big-M constants, and every
-    neuron they prove stable needs no binary. With ``tighten``, each hidden layer's unstable
-    pre-activation bounds are then tightened by the LP relaxation of everything encoded so far
-    before its ReLU.
+    Every hidden neuron that the CROWN-style bounds over the input box
+    (:func:`~safecert.bnn.bounds.network_bounds`) prove stable is pruned (no binary); other bounds
+    stay the interval ones (:func:`interval_layer`). With ``tighten``, each hidden layer's
+    unstable pre-activation bounds are then tightened by the LP relaxation of everything encoded
+    so far before its ReLU.
     """
     box = net if isinstance(net, WeightBox) else WeightBox.point(net)
     known = network_bounds(box, x.lo, x.hi)
@@ -202,7 +207,7 @@ def encode_network(
     a = x
     last = len(box.lower) - 1
     for k, ((wl, bl), (wu, bu)) in enumerate(zip(box.lower, box.upper, strict=True)):
-        z = interval_layer(milp, a, wl, wu, bl, bu, known[k])
+        z = interval_layer(milp, a, wl, wu, bl, bu, known[k] if k < last else None)
         if k < last and tighten:
             z = tighten_columns(milp, z)
         pre.append(z)

@@ -36,7 +36,8 @@ def check_config(cfg: BnnConfig) -> None:
 
 #: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
 #: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6), and the 3-D lane keeping
-#: and 4-D cart-pole systems (``lane``, ``cartpole``; σ = 0.1 on the output layer, as ``lds``)
+#: and 4-D cart-pole systems (``lane``, ``cartpole``; σ = 0.1 on the output layer, as ``lds``;
+#: ``limits.max_iterations = 1000``)
 BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04", *SCALE_POLICIES)
 
 
@@ -64,6 +65,8 @@ def benchmark_config(name: str, **overrides: object) -> BnnConfig:
             "hidden": [32] if system == "car" else [16] if policy in SCALE_POLICIES else [12]
         },
     }
+    if policy in SCALE_POLICIES:  # 3-D / 4-D: more learner rounds than the 2-D default of 200
+        data["limits"] = {"max_iterations": 1000}
     data.update(overrides)
     cfg = parse_model(BnnConfig, data)
     check_config(cfg)

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 import safecert.envs  # noqa: F401  (registers the built-in tasks)
-from safecert.blackbox.backends import lockstep
+from safecert.blackbox.backends import RunContext, lockstep
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
 from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec
@@ -114,7 +114,7 @@ def certify_loop(
     )
     oracle_spec = parse_oracle_spec(config.policy, base_dir=REPO / "examples", trust=trust)
     oracle = make_oracle(oracle_spec)
-    copies = batch * lockstep(config, oracle_spec)
+    copies = batch * lockstep(RunContext(config, str(REPO), ({},), None, oracle_spec))
     envs = [make_base_env(config, REPO) for _ in range(min(copies, episodes))]
     jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
     try:

@@ -6,6 +6,7 @@ mid-step fails every call of that round trip, saying so; each call keeps its dea
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -78,8 +79,9 @@ def test_lockstep_gives_the_records_of_one_episode_at_a_time(tmp_path, monkeypat
     trips.clear()
     five, ctx5 = _records(config, lockstep=5)
     default, ctx16 = _records(config)
-    assert lockstep(ctx1.config, ctx1.oracle) == 1 and episodes_per_worker(ctx5) == 5
-    assert lockstep(ctx16.config, ctx16.oracle) == 16  # the default for a policy worker
+    assert lockstep(ctx1) == 1 and episodes_per_worker(ctx5) == 5
+    assert lockstep(ctx16) == 16  # the default for a policy worker in a fixed-N run
+    assert lockstep(replace(ctx16, sequential=True)) == 1  # sequential: no overshoot for speed
     assert one == five == default
     reasons = {r.failure_reason.split(":")[0] for r in one if r.failure_reason}
     assert reasons == {"the policy failed the call", "action_out_of_space"}, reasons

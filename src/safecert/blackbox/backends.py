@@ -43,28 +43,33 @@ class RunContext:
     cells: tuple[dict[str, Any], ...]
     obs_ranges: tuple[float, ...] | None
     oracle: OracleSpec
+    #: a sequential run (its episodes in flight when a cell decides are its overshoot)
+    sequential: bool = False
 
 
-#: K when the config names no ``lockstep`` and the policy runs in a policy worker: a step's 16
+#: K when the config names no ``lockstep``, the policy runs in a policy worker and the run is
+#: fixed-N: a step's 16
 #: calls share one pipe round trip (≈ 30 µs on an idle core, 200 µs under load) instead of paying
 #: one each; a cheap simulator step costs ≈ 20 µs (benchmarks/RESULTS_speed.md)
 LOCKSTEP_IN_WORKER = 16
 
 
-def lockstep(config: RunConfig, oracle: OracleSpec) -> int:
-    """K, the episodes a worker steps together per ``batch_size`` rows: ``config.lockstep``, else
-    :data:`LOCKSTEP_IN_WORKER` for a policy in a policy worker (a round trip per step to save)
-    and 1 for every other policy (in-process, ONNX, ``exec:``, HTTP: a call costs the same
-    alone). Never changes an outcome: each row is its own oracle call either way."""
-    if config.lockstep is not None:
-        return config.lockstep
-    return LOCKSTEP_IN_WORKER if oracle.in_worker else 1
+def lockstep(ctx: RunContext) -> int:
+    """K, the episodes a worker steps together per ``batch_size`` rows: the config's
+    ``lockstep``, else :data:`LOCKSTEP_IN_WORKER` for a policy in a policy worker in a fixed-N
+    run (a round trip per step to save, and every episode is run anyway), and 1 otherwise: other
+    policies (in-process, ONNX, ``exec:``, HTTP) cost the same call by call, and a sequential
+    run's episodes in flight are those it may run past a decision (none with one worker and
+    ``batch_size = 1``). Never changes an outcome: each row is its own oracle call either way."""
+    if ctx.config.lockstep is not None:
+        return ctx.config.lockstep
+    return LOCKSTEP_IN_WORKER if ctx.oracle.in_worker and not ctx.sequential else 1
 
 
 def episodes_per_worker(ctx: RunContext) -> int:
     """The episodes one worker runs at once: ``lockstep`` × ``batch_size`` (its env copies per
     cell; in flight per worker in a sequential run)."""
-    return lockstep(ctx.config, ctx.oracle) * ctx.config.batch_size
+    return lockstep(ctx) * ctx.config.batch_size
 
 
 class JobSource(Protocol):

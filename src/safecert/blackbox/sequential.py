@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -156,7 +157,7 @@ def certify_sequential(
         open_store(plan, out_dir, resume=resume) as store,
         closing_local(backend),
     ):
-        ctx = make_context(plan, store)
+        ctx = replace(make_context(plan, store), sequential=True)
         tracker = RunTracker(
             events,
             engine="sequential",

@@ -56,7 +56,7 @@ def test_mean_closed_loop_from_every_corner_of_x0_stays_inside_and_settles(name)
 def test_benchmark_setup_is_the_papers_convention(name) -> None:
     cfg = benchmark_config(name)
     assert cfg.bayesian.sigma == 0.1 and cfg.bayesian.first_layer == 1
-    assert cfg.invariant.hidden == [16]
+    assert cfg.invariant.hidden == [16] and cfg.limits.max_iterations == 1000
     net = load_policy(name)
     box = bayesian_spec(cfg, net).box(net, parse_epsilon("0.5sigma"))
     (w0l, _), (w0u, _) = box.lower[0], box.upper[0]

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -416,3 +417,73 @@ def test_http_metrics_count_decisions_and_sigterm_exits_143(work):
     }
     assert code == 143
     _assert_gone(_pids(work))
+
+
+def _http_gateway(work: Path, port: int, *extra: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        _argv("--transport", "http", "--port", str(port), *extra), cwd=work, env=_env(work),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    _wait_for(lambda: _health(port)[0] == 200, "the gateway to be healthy")
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_http_signal_drains_the_call_in_flight_then_exits_128_plus_signal(work, sig):
+    port = _free_port()
+    proc = _http_gateway(work, port, "--shutdown-grace", "20")
+    out: dict[str, object] = {}
+
+    async def main() -> None:
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
+            await s.initialize()
+            async with anyio.create_task_group() as tg:
+
+                async def slow() -> None:
+                    out["slow"] = await s.call_tool("lookup_invoice", {"invoice": "SLEEP:1.5"})
+
+                tg.start_soon(slow)
+                await anyio.to_thread.run_sync(_wait_for, (work / "sleeping").exists, "the call")
+                proc.send_signal(sig)
+
+    try:
+        anyio.run(main)
+        code = proc.wait(DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.wait(DEADLINE_S)
+    result = out["slow"]
+    assert result.is_error is False and json.loads(_text(result))["found"] is True
+    assert code == 128 + sig
+    _assert_gone(_pids(work))
+
+
+def test_http_sigkill_of_the_gateway_during_a_call_takes_the_upstream_down(work):
+    port = _free_port()
+    proc = _http_gateway(work, port)
+
+    async def call() -> None:
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
+            await s.initialize()
+            await s.call_tool("lookup_invoice", {"invoice": "SLEEP:600"})
+
+    def client() -> None:
+        with contextlib.suppress(Exception):
+            anyio.run(call)
+
+    caller = threading.Thread(target=client, daemon=True)
+    try:
+        caller.start()
+        _wait_for((work / "sleeping").exists, "the call to reach the upstream")
+        upstream = _pids(work)
+        assert upstream and all(_alive(p) for p in upstream)
+        proc.kill()
+        proc.wait(DEADLINE_S)
+        _assert_gone(upstream)  # the parent-death signal, not the call's end, stopped it
+    finally:
+        proc.kill()
+        proc.wait(DEADLINE_S)
+    caller.join(DEADLINE_S)
+    assert not caller.is_alive()  # the client's call ended with the connection

@@ -80,12 +80,14 @@ for line in sys.stdin:
 class Gateway:
     """``safecert shield serve`` on stdio as a child process, spoken to in raw JSON-RPC lines."""
 
-    def __init__(self, work: Path, upstream: str = "python tools_server.py") -> None:
+    def __init__(
+        self, work: Path, upstream: str = "python tools_server.py", abstraction: str = "phi:phi"
+    ) -> None:
         self.record = work / "record.jsonl"
         argv = [
             *SAFECERT, "shield", "serve", "--certificate", "cert/certificate.json",
-            "--upstream", upstream, "--abstraction", "phi:phi", "--action-map", "actions.toml",
-            "--audit-log", "audit.jsonl",
+            "--upstream", upstream, "--abstraction", abstraction, "--action-map", "actions.toml",
+            "--audit-log", "audit.jsonl", "--steps-log", "steps.jsonl",
         ]  # fmt: skip
         self.work = work
         self.proc = subprocess.Popen(
@@ -340,3 +342,32 @@ def test_two_http_sessions_with_the_same_request_ids_each_get_their_own_answers(
         proc.terminate()
         proc.wait(DEADLINE_S)
     assert got == {p: [f"{p}-{k}" for k in range(HORIZON)] for p in "AB"}
+
+
+SLOW_PHI = """
+import time
+from phi import phi as _phi
+
+def phi(history):
+    if history:
+        time.sleep(0.5)  # φ of a new history takes a while: the answer has gone out before
+    return _phi(history)
+"""
+
+
+def test_a_client_leaving_right_after_its_answer_still_gets_its_step_logged(work):
+    """The answer is written before φ of the new history is evaluated; a client that closes its
+    input as soon as it has it must not cut that evaluation short (the steps log would miss an
+    executed call)."""
+    (work / "slow.py").write_text(SLOW_PHI)
+    gw = Gateway(work, abstraction="slow:phi")
+    try:
+        gw.start()
+        found = gw.call(1, "lookup_invoice", {"invoice": "INV-001"})
+        assert json.loads(_text(found))["found"] is True
+        assert gw.close() == 0  # closed at once; exit 0 after φ finished
+    finally:
+        gw.proc.kill()
+    steps = [json.loads(x) for x in (work / "steps.jsonl").read_text().splitlines()]
+    assert [(s["t"], s["action"]) for s in steps] == [(0, "lookup")]
+    assert steps[0]["next_state"] != steps[0]["state"]  # φ of the new history: looked up

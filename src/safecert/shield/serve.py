@@ -211,6 +211,9 @@ async def _serve_stdio(gateway: Gateway, busy: list[Callable[[], bool]]) -> None
             async with jsonrpc_lines(reader, writer, intercept) as (rs, ws, closed, wire):
                 busy.append(lambda: wire.unanswered > 0)
                 await server.run(rs, ws, server.create_initialization_options())
+                # the client left: a call it was answered already may still be evaluating φ of
+                # its new history (its step is logged then); that is bounded by φ's deadline
+                await gateway.drain(gateway.abstraction.timeout_s)
             calls.cancel_scope.cancel()
     finally:
         os.dup2(saved[0], 0)

@@ -153,9 +153,10 @@ class Gateway:
         return types.ListToolsResult(tools=tools)
 
     async def _call(self, ctx: Any, params: Any) -> Any:
-        """``tools/call`` through the SDK's server (streamable HTTP). Arguments that JSON cannot
-        carry exactly (``NaN``, ``Infinity``, integers past 64 bits: the SDK's parser takes them)
-        are refused, so the upstream is never sent other arguments than those decided on."""
+        """``tools/call`` through the SDK's server (streamable HTTP; on stdio only a line
+        ``orjson`` could not parse). Arguments that JSON cannot carry exactly (``NaN``,
+        ``Infinity``, integers past 64 bits: the SDK's parser takes them) are refused, so the
+        upstream is never sent other arguments than those decided on."""
         import mcp_types as types
         from mcp import MCPError
 
@@ -177,8 +178,8 @@ class Gateway:
         is ``tools/call`` is taken from the SDK and answered by :meth:`_raw_call`, started with
         ``spawn``: one parse of the line, the decision, the upstream's answer written back as it
         came under the client's id. The connection has one guard session: the SDK's server sees
-        a ``tools/call`` only in a line ``orjson`` cannot parse (``NaN``), and then decides with
-        the same session (:meth:`_session`). Everything else (``initialize``, lists,
+        a ``tools/call`` only in a line ``orjson`` cannot parse (``NaN``: :meth:`_call` refuses
+        it), and would decide with the same session (:meth:`_session`). Everything else (``initialize``, lists,
         notifications, lines that are not JSON objects, batches) is the SDK's."""
 
         self.stdio = wire
@@ -201,11 +202,11 @@ class Gateway:
             return
         params = message.get("params")
         bad = _bad_call_params(params)
-        if bad:
+        if bad or not isinstance(params, dict):  # (the second: for the type checker)
             error = {"code": -32602, "message": "Invalid params", "data": bad}
             await wire.send({"jsonrpc": "2.0", "id": rid, "error": error})
             return
-        sent = []
+        sent: list[bool] = []
 
         async def answer(result: dict[str, Any]) -> None:
             sent.append(True)

@@ -163,3 +163,16 @@ def test_overshoot_meta_is_not_evidence(tmp_path):
     (entry,) = cert.inputs.evidence
     assert entry.sha256 == before
     assert "sequential_overshoot" in json.dumps(cert.result.sequential.note)
+
+
+def test_a_sequential_run_of_an_isolated_policy_steps_one_episode_at_a_time(tmp_path):
+    """lockstep's default of 16 is for fixed-N runs: a sequential run of a policy in a policy
+    worker keeps the in-flight bound at workers × batch_size (1 here: no overshoot)."""
+    config = coin_run(tmp_path, batch_size=1)
+    config.write_text(config.read_text().replace('trust = "in-process"', 'trust = "isolated"'))
+    with LocalBackend(1) as local:
+        backend = Watched(local)
+        cert = certify_sequential(config, tmp_path / "out", backend, False, False)
+    check_overshoot(tmp_path / "out", cert, backend.issued, 1)
+    for d in cert.result.sequential.cells:  # one episode at a time: none past a decision
+        assert max(i for c, i in backend.issued if c == d.cell) == d.episodes_used - 1

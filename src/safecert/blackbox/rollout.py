@@ -261,7 +261,7 @@ def run_lockstep(
             except OracleFailure as exc:
                 yield record(_Episode(job, np.empty(0)), False, False, exc.reason)
                 continue
-            slots[i] = _Episode(job, np.asarray(obs, dtype=np.float64))
+            slots[i] = _Episode(job, obs)
             return
         slots[i] = None
 
@@ -286,7 +286,11 @@ def run_lockstep(
         if not running:
             return
         n = len(running)
-        batch = running[0][1].obs[None] if n == 1 else np.array([ep.obs for _, ep in running])
+        batch = (  # the observations as float64 rows, converted once for the whole step
+            np.asarray(running[0][1].obs, dtype=np.float64)[None]
+            if n == 1
+            else np.array([ep.obs for _, ep in running], dtype=np.float64)
+        )
         results = step_calls(batch, size)
         raw, accepted, failed = _step_actions(results, n, size, accept)
         for row, (i, ep) in enumerate(running):
@@ -330,7 +334,7 @@ def run_lockstep(
             ep.steps += 1
             ep.ret += reward
             ep.cost += cost
-            ep.obs = np.asarray(obs, dtype=np.float64)
+            ep.obs = obs
             if max_steps is not None and ep.steps >= max_steps and not terminated:
                 truncated = True
                 ep.last["truncated"] = True

@@ -76,6 +76,8 @@ def stacked(results: list[CallResult], groups: tuple[range, ...]) -> np.ndarray 
     first = results[0]
     if not isinstance(first, np.ndarray) or not first.ndim:
         return results
+    if len(results) == 1:  # one call (batch_size rows, or an in-process policy's whole step)
+        return first if first.shape[0] == len(groups[0]) else results
     dtype, shape = first.dtype, first.shape[1:]
     for result, rows in zip(results, groups, strict=True):
         if not (

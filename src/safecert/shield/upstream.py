@@ -168,9 +168,10 @@ class Upstream:
         return self.status == "up"
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply:
-        """The upstream's ``tools/call`` result, as it came and validated. Raises :class:`UpstreamDied` if the upstream is down or
-        dies before answering, :class:`UpstreamError` for a JSON-RPC error or a malformed result.
-        Cancelling the await forgets the call (a late answer is dropped)."""
+        """The upstream's ``tools/call`` result, as it came and validated. Raises
+        :class:`UpstreamDied` if the upstream is down or dies before answering,
+        :class:`UpstreamError` for a JSON-RPC error or a malformed result. Cancelling the await
+        forgets the call (a late answer is dropped)."""
         import mcp_types as types
 
         wire, closed = self._wire, self._closed

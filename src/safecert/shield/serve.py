@@ -253,7 +253,11 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    app = gateway.server().streamable_http_app(host=host, custom_starlette_routes=routes)
+    # one JSON response per POST: the gateway streams nothing during a call (it passes on no
+    # progress, log or request of the upstream), and SSE framing costs a quarter of its CPU
+    app = gateway.server().streamable_http_app(
+        host=host, custom_starlette_routes=routes, json_response=True
+    )
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

@@ -226,9 +226,10 @@ async def _serve_stdio(gateway: Gateway, busy: list[Callable[[], bool]]) -> None
 
 
 async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]) -> None:
-    """Streamable HTTP at ``/mcp`` and ``/healthz`` (200 while the upstream is up and the gateway
-    is not shutting down, else 503; JSON body with the upstream's state). Signals are ours, not
-    uvicorn's (:func:`serve` sets ``should_exit``)."""
+    """Streamable HTTP at ``/mcp`` (each POST answered with one JSON response, not an SSE
+    stream), ``/healthz`` (200 while the upstream is up and the gateway is not shutting down, else
+    503; JSON body with the upstream's state) and ``/metrics``. Signals are ours, not uvicorn's
+    (:func:`serve` sets ``should_exit``)."""
     import uvicorn
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route

@@ -67,6 +67,9 @@ for line in sys.stdin:
         if invoice == "ERROR":
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": "boom"}})
             continue
+        if invoice == "SLOW":  # answers after the gateway's deadline
+            import time
+            time.sleep(1.5)
         if invoice == "MALFORMED":
             send({"jsonrpc": "2.0", "id": rid, "result": {"content": "not a list"}})
             continue
@@ -81,13 +84,17 @@ class Gateway:
     """``safecert shield serve`` on stdio as a child process, spoken to in raw JSON-RPC lines."""
 
     def __init__(
-        self, work: Path, upstream: str = "python tools_server.py", abstraction: str = "phi:phi"
+        self,
+        work: Path,
+        upstream: str = "python tools_server.py",
+        abstraction: str = "phi:phi",
+        *extra: str,
     ) -> None:
         self.record = work / "record.jsonl"
         argv = [
             *SAFECERT, "shield", "serve", "--certificate", "cert/certificate.json",
             "--upstream", upstream, "--abstraction", abstraction, "--action-map", "actions.toml",
-            "--audit-log", "audit.jsonl", "--steps-log", "steps.jsonl",
+            "--audit-log", "audit.jsonl", "--steps-log", "steps.jsonl", *extra,
         ]  # fmt: skip
         self.work = work
         self.proc = subprocess.Popen(
@@ -371,3 +378,20 @@ def test_a_client_leaving_right_after_its_answer_still_gets_its_step_logged(work
     steps = [json.loads(x) for x in (work / "steps.jsonl").read_text().splitlines()]
     assert [(s["t"], s["action"]) for s in steps] == [(0, "lookup")]
     assert steps[0]["next_state"] != steps[0]["state"]  # φ of the new history: looked up
+
+
+def test_an_answer_after_the_upstream_deadline_ends_the_session_and_is_dropped(work):
+    gw = Gateway(work, "python raw_upstream.py", "phi:phi", "--upstream-timeout", "0.5")
+    gw.start()
+    try:
+        late = gw.call(1, "lookup_invoice", {"invoice": "SLOW"})
+        assert late["result"]["isError"] is True and "timed out" in _text(late)
+        time.sleep(2)  # the upstream's late answer arrives meanwhile: taken and dropped
+        gw.send({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        assert gw.reply() == {"jsonrpc": "2.0", "id": 2, "result": {}}  # nothing else came out
+        after = gw.call(3, "lookup_invoice", {"invoice": "INV-001"})
+        assert "session ended" in _text(after)  # SLOW may have executed: fail closed
+        assert gw.close() == 0
+    finally:
+        gw.proc.kill()
+    assert [c["params"]["arguments"]["invoice"] for c in gw.executed()] == ["SLOW"]

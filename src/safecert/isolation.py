@@ -112,6 +112,7 @@ class Channel:
         self._buf = b""
         self._stderr = b""
         self._started = 0
+        self._awaiting_ready = False  # started by :meth:`start`, its ready line not yet read
         self.ready_line = b""  # the child's last handshake line (``handshake``)
 
     @property
@@ -171,6 +172,17 @@ class Channel:
             self._stderr = (self._stderr + data)[-_STDERR_TAIL:]
         return bool(data)
 
+    def start(self) -> None:
+        """Start a ``handshake`` child now without waiting for it: its start-up (interpreter,
+        imports, model loading) overlaps the caller's own work, and the first round trip waits
+        for its ready line under the start-up grace. A no-op while it runs."""
+        assert self.handshake, "a child without a ready line gets its grace at its first call"
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._kill()
+        self._start()
+        self._awaiting_ready = self.handshake
+
     # -- one round trip -----------------------------------------------------------------------
     def round_trip(self, payload: bytes, timeout_s: float | None = None) -> bytes:
         """Send one request line (``payload`` without its newline); return the reply line.
@@ -184,10 +196,12 @@ class Channel:
             # Never started, or exited after its last reply (nothing was lost): start afresh.
             self._kill()
             proc = self._start()
+            self._awaiting_ready = self.handshake
             grace = STARTUP_GRACE_S
-            if self.handshake:  # start-up ends at the child's ready line, not at the reply
-                self.ready_line = self._exchange(proc, b"", grace, self.timeout_s)
-                grace = 0.0
+        if self._awaiting_ready:  # start-up ends at the child's ready line, not at the reply
+            self._awaiting_ready = False
+            self.ready_line = self._exchange(proc, b"", STARTUP_GRACE_S, self.timeout_s)
+            grace = 0.0
         return self._exchange(proc, payload + b"\n", grace, timeout)
 
     def _exchange(

@@ -242,3 +242,18 @@ def test_a_one_worker_run_starts_its_policy_worker_once(tmp_path, monkeypatch):
     policy_workers = [a for a in starts if "safecert.blackbox.oracles.worker" in a]
     assert len(policy_workers) == 1, starts
     assert sum(c.episodes for c in cert.result.cells) == 2 * 3  # the run did use it
+
+
+def test_a_policy_worker_started_early_answers_its_first_call(tmp_path):
+    """``start`` launches the worker without waiting (its start-up overlaps the caller's work);
+    the first call reads its ready line, then is answered by that same process."""
+    oracle = _worker_oracle(tmp_path, "def act(obs):\n    return obs * 2.0\n")
+    try:
+        oracle.start()
+        pid = oracle.channel.pid
+        assert pid is not None and oracle.channel.ready_line == b""
+        assert oracle.act(np.ones((1, 1))).tolist() == [[2.0]]
+        assert oracle.channel.pid == pid and oracle.restarts == 0
+        assert oracle.channel.ready_line == b'{"ready":true}'
+    finally:
+        oracle.close()

@@ -347,6 +347,9 @@ def lent_oracle(plan: RunPlan, backend: Backend) -> Iterator[Oracle]:
     twice: about 0.15 s of a cheap run's fixed cost); closed when the run ends — enter it before
     :func:`closing_local`, so that the backend is closed first."""
     oracle = make_oracle(plan.oracle)
+    start = getattr(oracle, "start", None)  # a process: its start-up overlaps the check's env
+    if start is not None:
+        start()
     local = backend if isinstance(backend, LocalBackend) else None
     try:
         if local is not None:

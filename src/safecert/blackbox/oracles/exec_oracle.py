@@ -117,6 +117,12 @@ class ExecOracle:
                 out[k] = exc
         return stacked([out[k] for k in range(len(groups))], groups)
 
+    def start(self) -> None:
+        """Start a policy worker now; its first call waits for it (:meth:`Channel.start`). A
+        vendor's ``exec:`` program starts at its first call, which gives it the start-up grace."""
+        if self.spec.in_worker:
+            self.channel.start()
+
     def probe(self, observations: np.ndarray | None = None) -> None:
         """Start the program and make one real call (``observations``, or a zero-row batch)."""
         obs = np.zeros((0, 0)) if observations is None else observations

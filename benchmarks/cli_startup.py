@@ -4,7 +4,10 @@ loop script on the same task, policy, seeds and episode count.
 
 Each repeat runs the baseline and then the command (alternating, so load changes hit both) and
 records both wall time and CPU time (user + system of the child, from ``getrusage``: less
-sensitive to other jobs on a shared machine). Reported per row: the medians, and the ratio
+sensitive to other jobs on a shared machine). The CPU time does NOT include safecert's policy and
+environment workers: they are reaped by their supervisor, whose ``getrusage`` never reaches this
+process (a policy that burns 3 s of CPU adds nothing to it), so an isolated run's CPU ratio
+understates its cost; compare isolated runs by wall time. Reported per row: the medians, and the ratio
 command / baseline of each repeat pair as median [min–max]. Bytecode is compiled once before
 timing (a warm-up run of each command with bytecode writing allowed), as an installed package has
 it. Tasks:
@@ -17,6 +20,11 @@ it. Tasks:
 run config: the policy in a worker process) and/or ``in-process``.
 
     .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300 --tasks cartpole,cheetah
+
+``--before SRC`` also runs every command with ``PYTHONPATH=SRC`` (an older ``src`` folder, e.g.
+``git archive COMMIT src | tar -x -C /tmp/before``) in the same repeats, between the baseline and
+the command: before/after in one run. safecert's own policy workers start with ``python -I`` and
+so run the installed code either way.
 """
 
 from __future__ import annotations
@@ -113,11 +121,13 @@ TASKS = {
 }
 
 
-def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, float]:
+def timed(
+    cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the child and its children) of one run of ``cmd``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True, env=ENV)
+    done = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True, env=env or ENV)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
@@ -126,20 +136,44 @@ def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, float]:
     return wall, cpu
 
 
-def paired(base: list[str], cmd: list[str], repeat: int, cwd: Path, fresh: Path | None) -> dict:
-    """Alternate ``base`` and ``cmd`` ``repeat`` times; medians and per-pair ratios."""
-    rows: list[tuple[float, float, float, float]] = []
+def paired(
+    base: list[str],
+    cmd: list[str],
+    repeat: int,
+    cwd: Path,
+    fresh: Path | None,
+    before: dict[str, str] | None = None,
+) -> dict:
+    """Alternate ``base`` and ``cmd`` ``repeat`` times (with ``before``, the environment of the
+    older code: ``cmd`` under it too, in between); medians and per-pair ratios."""
+    rows: list[tuple[float, ...]] = []
     for _ in range(repeat):
         b = timed(base, cwd)
+        old: tuple[float, ...] = ()
+        if before is not None:
+            if fresh is not None:
+                subprocess.run(["rm", "-rf", str(fresh)], check=True)
+            old = timed(cmd, cwd, before)
         if fresh is not None:  # a new run each time, not a resumed one
             subprocess.run(["rm", "-rf", str(fresh)], check=True)
         c = timed(cmd, cwd)
-        rows.append((*b, *c))
+        rows.append((*b, *c, *old))
 
     def summary(values: list[float]) -> list[float]:
         return [round(statistics.median(values), 4), round(min(values), 4), round(max(values), 4)]
 
+    older = {}
+    if before is not None:
+        older = {
+            "before_wall_s": summary([r[4] for r in rows]),
+            "before_wall_ratio": summary([r[4] / r[0] for r in rows]),
+            "before_wall_over_baseline_s": summary([r[4] - r[0] for r in rows]),
+            "before_cpu_s": summary([r[5] for r in rows]),
+            "before_cpu_ratio": summary([r[5] / r[1] for r in rows]),
+            "before_cpu_over_baseline_s": summary([r[5] - r[1] for r in rows]),
+        }
     return {
+        **older,
         "baseline_wall_s": summary([r[0] for r in rows]),
         "command_wall_s": summary([r[2] for r in rows]),
         "wall_ratio": summary([r[2] / r[0] for r in rows]),
@@ -159,18 +193,28 @@ def main() -> None:
     parser.add_argument("--trust", default="isolated,in-process", help="for python: policies")
     parser.add_argument("--batch", default="1", help="comma-separated batch_size values")
     parser.add_argument("--skip-startup", action="store_true", help="no --help / bound rows")
+    parser.add_argument("--before", type=Path, help="an older src folder, run in the same repeats")
     args = parser.parse_args()
+    before = None
+    if args.before is not None:
+        before = {**ENV, "PYTHONPATH": str(args.before.resolve())}
     tmp = Path(tempfile.mkdtemp(prefix="startup_"))
     subprocess.run(["cp", "-r", str(REPO / "examples" / "vendors"), str(tmp)], check=True)
     model = str(REPO / "examples" / "vendors" / "cheetah_safe.onnx")
     print("header: median [min, max]; ratios are per repeat pair", file=sys.stderr)
-    result: dict[str, object] = {"load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count()}
+    result: dict[str, object] = {
+        "load_average_1min": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+        "before": None if args.before is None else str(args.before),
+    }
     interpreter = [sys.executable, "-c", "pass"]
     bound = SAFECERT + ["bound", "--failures", "81", "--episodes", "10000", "--family-size", "9"]
     if not args.skip_startup:
         for name, cmd in (("help", SAFECERT + ["--help"]), ("bound", bound)):
             timed(cmd, tmp)  # warm-up: compiles the bytecode
-            result[name] = paired(interpreter, cmd, args.repeat, tmp, None)
+            if before is not None:
+                timed(cmd, tmp, before)
+            result[name] = paired(interpreter, cmd, args.repeat, tmp, None, before)
             print(name, json.dumps(result[name]), file=sys.stderr, flush=True)
     for task in args.tasks.split(","):
         spec = TASKS[task]
@@ -208,9 +252,12 @@ def main() -> None:
                     cmd = SAFECERT + ["certify", name, "--out", "out", "--workers", "1"]
                     subprocess.run(["rm", "-rf", str(tmp / "out")], check=True)
                     timed(cmd, tmp)  # warm-up: compiles the bytecode
+                    if before is not None:
+                        subprocess.run(["rm", "-rf", str(tmp / "out")], check=True)
+                        timed(cmd, tmp, before)
                     key = f"{task}_{trust}_episodes_{n}_batch_{batch}"
                     base = [sys.executable, str(hand), str(n)]
-                    result[key] = paired(base, cmd, args.repeat, tmp, tmp / "out")
+                    result[key] = paired(base, cmd, args.repeat, tmp, tmp / "out", before)
                     print(key, json.dumps(result[key]), file=sys.stderr, flush=True)
     result["load_average_1min_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=1))

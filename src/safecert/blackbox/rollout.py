@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -276,7 +276,7 @@ def run_lockstep(
         """The rows as actions when every one already is an action of the space (no per-row
         check needed: the same actions either way), else None."""
         if box is not None and box.ok(actions):
-            return actions
+            return cast(Sequence[Any], actions)
         if discrete is not None:
             return discrete.actions(actions)
         return None

@@ -194,11 +194,14 @@ def _draw_distributions(costs: list[list[float]], returns: list[list[float]], bu
                 _box(draw, _LEFT + span * (i + 0.5), min(span * 0.3, 24.0), finite, to_y)
         if values is costs:
             y = to_y(budget)
-            for x in range(_LEFT, width - _RIGHT, 9):
-                draw.line([(x, y), (min(x + 5, width - _RIGHT), y)], fill="#d55e00", width=2)
+            for dash in range(_LEFT, width - _RIGHT, 9):
+                end = min(dash + 5, width - _RIGHT)
+                draw.line([(dash, y), (end, y)], fill="#d55e00", width=2)
             text = f"budget d = {budget:g}"
-            right = _LEFT + 36 + font.getlength(text)
-            draw.rectangle([(_LEFT + 4, top + 4), (right, top + 20)], fill="white", outline="#999")
+            legend_right = _LEFT + 36 + font.getlength(text)
+            draw.rectangle(
+                [(_LEFT + 4, top + 4), (legend_right, top + 20)], fill="white", outline="#999"
+            )
             draw.line([(_LEFT + 8, top + 12), (_LEFT + 28, top + 12)], fill="#d55e00", width=2)
             draw.text((_LEFT + 32, top + 12), text, fill="black", font=font, anchor="lm")
     bottom = _TOP + 2 * _PANEL + _GAP

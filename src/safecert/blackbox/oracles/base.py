@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import orjson
@@ -88,7 +88,7 @@ def stacked(results: list[CallResult], groups: tuple[range, ...]) -> np.ndarray 
             and result.shape[1:] == shape
         ):
             return results
-    return first if len(results) == 1 else np.concatenate(results)
+    return np.concatenate(cast(list[np.ndarray], results))
 
 
 def each_call(

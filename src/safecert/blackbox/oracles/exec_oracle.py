@@ -181,6 +181,7 @@ def _same_rows(replies: list, sizes: list[int]) -> np.ndarray | None:
             kinds.add(type(row))
     if not kinds:  # rows without numbers: check_actions's own dtype rules apply
         return None
+    dtype: type[np.generic]
     if kinds <= {int, bool}:
         dtype = np.int64
     elif kinds == {float}:

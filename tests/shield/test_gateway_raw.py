@@ -176,6 +176,10 @@ def test_a_forbidden_call_sent_raw_never_reaches_the_upstream_and_ids_come_back(
         found = gw.call("safecert-0", "lookup_invoice", {"invoice": "INV-005"})
         assert found["result"].get("isError") is not True
         assert json.loads(_text(found))["invoice"] == "INV-005"
+        # a number as a string: the upstream reads "5000" as 5000, so the rules file's
+        # "amount gt 1000" cannot tell small from large; blocked, not taken for pay_small
+        text = gw.call("s", "pay", {"invoice": "INV-005", "amount": "5000"})
+        assert text["result"]["isError"] is True and "not a number" in _text(text), text
         small = gw.call(0, "pay", {"invoice": "INV-005", "amount": 50})
         assert json.loads(_text(small))["status"] == "paid"
         again = gw.call(1, "pay", {"invoice": "INV-005", "amount": 50})  # a second payment
@@ -189,7 +193,7 @@ def test_a_forbidden_call_sent_raw_never_reaches_the_upstream_and_ids_come_back(
         ("pay", {"invoice": "INV-005", "amount": 50}),
     ]
     audit = [json.loads(x) for x in (work / "audit.jsonl").read_text().splitlines()]
-    assert [a["allowed"] for a in audit] == [False, True, True, False]  # every decision logged
+    assert [a["allowed"] for a in audit] == [False, True, False, True, False]  # every decision
 
 
 def test_lines_that_are_not_one_call_are_answered_or_dropped_and_never_forwarded(work):

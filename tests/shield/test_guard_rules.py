@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safecert.errors import ConfigError
-from safecert.shield.action_rules import load_action_rules
+from safecert.shield.action_rules import NotANumber, load_action_rules
 from tests.shield.payments_support import PAYMENTS, payments_phi
 
 RULES = load_action_rules(PAYMENTS / "actions.toml")
@@ -36,8 +36,23 @@ def test_conditions_and_first_match(tmp_path: Path):
     assert rules("send", {"to": "a@x", "n": 2}) == "send_internal"
     assert rules("send", {"to": "a@x", "n": 3}) == "send_external"
     assert rules("send", {"to": "a@x"}) == "send_external"  # absent argument: condition fails
-    assert rules("send", {"to": "a@x", "n": "1"}) == "send_external"  # le holds for numbers only
     assert rules("read", {}) == "read"
+    for not_a_number in ("1", True, None, [1]):  # present, not a number: no answer at all
+        with pytest.raises(NotANumber, match="argument 'n'"):
+            rules("send", {"to": "a@x", "n": not_a_number})
+    assert rules("send", {"to": "c@x", "n": "1"}) == "send_external"  # `in` failed first
+
+
+def test_a_number_written_as_a_string_is_blocked_not_taken_for_a_small_one():
+    """The upstream reads ``"5000"`` as 5000 (its schema says number): were the rules file's
+    ``amount gt 1000`` false for the string, a large payment would pass as ``pay_small``."""
+    from safecert.shield.abstraction import Abstraction, AbstractionFailed
+    from safecert.shield.model import load_model
+
+    abstraction = Abstraction(load_model(PAYMENTS / "model.toml"), PHI.phi, RULES)
+    with pytest.raises(AbstractionFailed, match="not a number"):
+        abstraction.action("pay", {"invoice": "INV-1", "amount": "5000"})
+    assert PHI.action("pay", {"amount": "5000"}) == "pay_large"  # the Python map reads it too
 
 
 @pytest.mark.parametrize(

@@ -14,13 +14,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+
+class NotANumber(TypeError):
+    """An ordered comparison (``gt ge lt le``) met an argument that is not a number."""
+
+
+def _number(v: Any) -> int | float:
+    """``v`` when it is a number (not a bool); else :class:`NotANumber`. A tool's own schema may
+    read ``"5000"`` as 5000, so a rule cannot take a string for "not above 1000": it cannot
+    decide, and the call is blocked (fail closed)."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return v
+    raise NotANumber(f"{v!r} is not a number")
+
+
 _RULE_OPS: dict[str, Callable[[Any, Any], bool]] = {
     "eq": lambda v, x: v == x,
     "ne": lambda v, x: v != x,
-    "gt": lambda v, x: isinstance(v, int | float) and v > x,
-    "ge": lambda v, x: isinstance(v, int | float) and v >= x,
-    "lt": lambda v, x: isinstance(v, int | float) and v < x,
-    "le": lambda v, x: isinstance(v, int | float) and v <= x,
+    "gt": lambda v, x: _number(v) > x,
+    "ge": lambda v, x: _number(v) >= x,
+    "lt": lambda v, x: _number(v) < x,
+    "le": lambda v, x: _number(v) <= x,
     "in": lambda v, x: v in x,
 }
 
@@ -29,18 +43,26 @@ _RULE_OPS: dict[str, Callable[[Any, Any], bool]] = {
 class ActionRules:
     """A parsed rules file: ``(tool, [(argument, operator, value)], action)`` in file order. Called
     as ``rules(tool, arguments) -> action``: the first rule whose tool matches and whose conditions
-    all hold (an absent argument fails a condition); the tool's own name when none does."""
+    all hold (an absent argument fails a condition); the tool's own name when none does. An
+    ordered comparison of an argument that is not a number raises :class:`NotANumber`."""
 
     rules: tuple[tuple[str, tuple[tuple[str, str, Any], ...], str], ...]
 
     def __call__(self, tool: str, arguments: dict[str, Any]) -> str:
         for rule_tool, conds, action in self.rules:
             if rule_tool == tool and all(
-                arg in arguments and _RULE_OPS[op](arguments[arg], value)
+                arg in arguments and _holds(arg, op, arguments[arg], value)
                 for arg, op, value in conds
             ):
                 return action
         return tool
+
+
+def _holds(arg: str, op: str, v: Any, x: Any) -> bool:
+    try:
+        return _RULE_OPS[op](v, x)
+    except NotANumber as exc:
+        raise NotANumber(f"argument {arg!r}: {exc}; {op} needs a number") from None
 
 
 def load_action_rules(path: Path) -> ActionRules:
@@ -56,8 +78,10 @@ def load_action_rules(path: Path) -> ActionRules:
         action = "pay_small"
 
     The first rule whose ``tool`` matches and whose ``when`` conditions all hold gives the action
-    (operators ``eq ne gt ge lt le in``; ``gt``… hold only for numbers); a call no rule matches
-    maps to its tool's name, which the guard blocks unless the model has that action. Raises
+    (operators ``eq ne gt ge lt le in``); a call no rule matches maps to its tool's name, which the
+    guard blocks unless the model has that action. ``gt ge lt le`` on an argument that is there
+    but is not a number (``"5000"``, ``true``) raise: the call is blocked, because a tool may well
+    read the string as the number the rule was written for. Raises
     :class:`ConfigError` naming the rule for a malformed file."""
     from safecert.config import read_toml
     from safecert.errors import ConfigError

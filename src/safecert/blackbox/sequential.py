@@ -81,8 +81,8 @@ NOTE = (
     "decisions and bounds are anytime-valid at delta_cell; each cell's evidence is exactly its "
     "episodes before the decision point, in episode-index order; the Hoeffding KPI bounds and the "
     "task/safety-only bounds use them at a data-dependent count and are descriptive; episodes run "
-    "past a decision point (at most workers x batch_size x lockstep per cell) are not evidence: "
-    "their number depends on timing and is kept in the store's sequential_overshoot meta"
+    "past a decision point (at most workers x batch_size per cell) are not evidence: their "
+    "number depends on timing and is kept in the store's sequential_overshoot meta"
 )
 
 

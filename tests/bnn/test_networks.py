@@ -139,7 +139,7 @@ def test_bad_networks_raise_one_line_errors(tmp_path) -> None:
     with pytest.raises(DataError):
         ReluNetwork.from_npz(tmp_path / "missing.npz")
     with pytest.raises(ConfigError, match="unknown benchmark"):
-        load_policy("cartpole")
+        load_policy("acrobot")
 
 
 @pytest.mark.parametrize(

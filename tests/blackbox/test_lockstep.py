@@ -194,10 +194,11 @@ def test_each_call_is_answered_alone(tmp_path):
         oracle.close()
 
 
-@pytest.mark.parametrize("hang", [False, True])
-def test_a_round_trip_of_n_calls_has_n_deadlines(tmp_path, hang):
-    """Three calls of 0.15 s each fit the 3 × 0.25 s of their round trip (one alone would not
-    fit 0.25 s twice over); a call that hangs is killed at that deadline, failing all three."""
+@pytest.mark.parametrize("slow", ["none", "one", "hang"])
+def test_each_call_of_a_round_trip_keeps_its_own_deadline(tmp_path, slow):
+    """Three calls of 0.1 s each fit their 0.5 s deadlines; a call of 0.7 s fails alone (as it
+    would at K = 1), though the round trip's 3 × 0.5 s holds it; a call that hangs is killed at
+    the round trip's deadline, failing all three."""
     oracle = _worker_oracle(
         tmp_path,
         f"""
@@ -205,18 +206,23 @@ def test_a_round_trip_of_n_calls_has_n_deadlines(tmp_path, hang):
         import numpy as np
 
         def act(obs):
-            time.sleep(30 if {hang} and obs[0, 0] > 1 else 0.15)
+            late = obs[0, 0] > 1
+            time.sleep({{"none": 0.1, "one": 0.7, "hang": 30}}["{slow}"] if late else 0.1)
             return obs
         """,
-        timeout_s=0.25,
+        timeout_s=0.5,
     )
     try:
         oracle.probe()
         obs = np.array([[0.0], [2.0], [1.0]])
         results = oracle.act_calls(obs, 1)
-        if hang:
+        if slow == "hang":
             assert all(isinstance(r, OracleFailure) for r in results)
-            assert "no complete reply within 0.75s" in results[0].reason
+            assert "no complete reply within 1.5s" in results[0].reason
+        elif slow == "one":
+            assert isinstance(results[1], OracleFailure), results
+            assert results[1].reason.startswith("no complete reply within 0.5s"), results[1]
+            assert [r.tolist() for r in (results[0], results[2])] == [[[0.0]], [[1.0]]]
         else:
             assert results.tolist() == [[0.0], [2.0], [1.0]]
     finally:

@@ -71,7 +71,8 @@ class ExecOracle:
 
         A policy worker receives every call of the step in ONE round trip (a ``"calls"`` request)
         and calls the policy on each group in turn; the round trip's deadline is the sum of its
-        calls' (``timeout_s`` each). Each call's reply is checked as a lone call's would be
+        calls' (``timeout_s`` each), and the worker fails any one call that took longer than
+        ``timeout_s``, so each call keeps a lone call's deadline. Each call's reply is checked as a lone call's would be
         (:func:`~safecert.blackbox.oracles.base.reply_actions`; when every reply holds numbers of
         one type, all at once: :func:`_same_rows`). A group holding a non-finite observation
         fails up front, as a lone call would; a worker that dies, hangs or answers out of
@@ -95,7 +96,8 @@ class ExecOracle:
         try:
             line = self._round_trip(
                 orjson.dumps(
-                    {"observations": obs, "calls": sizes}, option=orjson.OPT_SERIALIZE_NUMPY
+                    {"observations": obs, "calls": sizes, "timeout_s": self.spec.timeout_s},
+                    option=orjson.OPT_SERIALIZE_NUMPY,
                 ),
                 self.spec.timeout_s * len(sent),
             )
@@ -112,6 +114,11 @@ class ExecOracle:
                 return rows
         for k, doc, n in zip(sent, replies, sizes, strict=True):
             try:
+                if isinstance(doc, dict) and "late" in doc:
+                    raise OracleFailure(
+                        f"no complete reply within {self.spec.timeout_s:g}s (this call of a "
+                        "lockstep round trip overran its own deadline; the worker timed it)"
+                    )
                 out[k] = reply_actions(doc, n)
             except OracleFailure as exc:
                 out[k] = exc

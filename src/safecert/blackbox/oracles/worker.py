@@ -10,7 +10,10 @@ the SB3 zip, loading the TorchScript module) and then speaks the ``exec:`` proto
 stdin/stdout, after one ``{"ready":true}`` line once loaded: one ``{"observations": [[...]]}`` line in, one ``{"actions": [[...]]}`` or
 ``{"error": "why"}`` line out; a request with ``"calls": [n1, n2, ...]`` is one policy call per
 consecutive group of n1, n2, … rows, answered ``{"calls": [reply1, reply2, ...]}``
-(:meth:`safecert.blackbox.oracles.exec_oracle.ExecOracle.act_calls`). A policy that cannot be loaded answers every call with its error
+(:meth:`safecert.blackbox.oracles.exec_oracle.ExecOracle.act_calls`); with ``"timeout_s": t``
+a call that took longer than ``t`` seconds is answered ``{"late": seconds}``, so each call of a step
+keeps the deadline a lone call has (the parent's deadline on the whole round trip is the sum;
+a vendor can only make this stricter for itself). A policy that cannot be loaded answers every call with its error
 (so the pre-run health check names it). Anything the policy prints to stdout is moved to stderr:
 stdout carries replies only.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from typing import cast
 
 import numpy as np
@@ -90,11 +94,17 @@ def main(argv: list[str]) -> int:
             if sizes is None:
                 doc = call(obs)
             else:  # the calls of a lockstep step: one per group of rows, each as if alone
+                limit = float(request.get("timeout_s", math.inf))
                 calls, start = [], 0
                 for n in sizes:
                     if not 0 < int(n) <= len(obs) - start:
                         raise ValueError("calls do not split the observations")
-                    calls.append(call(obs[start : start + int(n)].copy()))
+                    began = time.monotonic()
+                    doc = call(obs[start : start + int(n)].copy())
+                    took = time.monotonic() - began
+                    if took > limit:
+                        doc = {"late": took}
+                    calls.append(doc)
                     start += int(n)
                 if start != len(obs) or not calls:
                     raise ValueError("calls do not split the observations")

@@ -73,6 +73,7 @@ from safecert.certificate import (
 )
 from safecert.config import parse_model
 from safecert.document import to_jsonable
+from safecert.errors import ConfigError
 from safecert.stats.sequential import FAIL, PASS
 from safecert.stats.sequential import SequentialDecision as StopDecision
 from safecert.stats.sequential_plan import make_rule
@@ -149,6 +150,13 @@ def certify_sequential(
     """Run a sequential certification end to end; returns the certificate written to ``out_dir``
     (the report is the caller's). ``base_dir`` as for :func:`safecert.blackbox.certify.certify`."""
     plan = plan_run(config, base_dir)
+    if (plan.config.lockstep or 1) > 1:
+        raise ConfigError(
+            f"lockstep = {plan.config.lockstep} in a sequential run: its episodes in flight are "
+            "those it may run past a decision, at most workers x batch_size as the certificate says",
+            field="lockstep",
+            fix="remove lockstep (a sequential run steps one call group at a time) or drop --sequential",
+        )
     settings = sequential_settings(plan.config)
     rule = build_rule(plan.config, plan.family, settings)
     backend = backend or LocalBackend(plan.config.workers)

@@ -1,5 +1,7 @@
-"""``EpisodeSpec.step_cost`` (the per-step path) agrees with ``Expression.evaluate`` on values and
-on errors, raises no numpy warning and leaves numpy's error state as it found it."""
+"""``Expression.evaluate`` (behind ``EpisodeSpec.step_cost``, the per-step path) switches numpy's
+error state through its context variable; it agrees with the compiled expression run under
+``numpy.errstate`` itself on values and on errors, raises no numpy warning and leaves numpy's error
+state as it found it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from safecert.blackbox.spec import compile_spec, step_scope
 from safecert.expressions import EvalError, as_number
+from safecert.expressions.runtime import shorter
 
 COSTS = [
     "info:cost",
@@ -32,9 +35,17 @@ SCOPES = [
 
 
 def _reference(cost: str, scope: dict) -> tuple[str, object]:
+    """The cost through numpy's public ``errstate`` (the independent path)."""
     spec = compile_spec(cost, "no_termination")
     try:
-        return "value", as_number(spec.cost.evaluate(scope), f"spec.cost {spec.cost.text!r}")
+        with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+            value = spec.cost._run(scope)
+    except EvalError as exc:
+        return "error", exc.reason
+    except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+        return "error", f"{shorter(repr(cost))}: {exc}"
+    try:
+        return "value", as_number(value, f"spec.cost {cost!r}")
     except EvalError as exc:
         return "error", exc.reason
 

@@ -5,8 +5,8 @@
 Systems: ``lane`` (3 states, lane keeping with a lagged yaw rate) and ``cartpole`` (4 states, linearised
 cart-pole with saturated force); their dynamics and sets are ``src/safecert/bnn/data/*.system.toml``.
 Each policy is a ``d → h → 1`` ReLU network (``lane`` h = 16, ``cartpole`` h = 8: half the
-binaries of the closure MILP's policy part; 16 units certified nothing within 470 CPU-s) imitating the discrete LQR feedback ``u = −K x`` of the
-linear part (gains from ``scipy.linalg.solve_discrete_are``; the dynamics clip ``u`` to ±1), trained
+binaries of the closure MILP's policy part; 16 units had no certificate after 505 CPU-s)
+imitating the discrete LQR feedback ``u = −K x`` of the linear part (gains from ``scipy.linalg.solve_discrete_are``; the dynamics clip ``u`` to ±1), trained
 with the output layer's weights perturbed by N(0, σ²), σ = 0.1 (the σ the systems are certified with,
 layer 1 Bayesian as in the paper), so the mean network is one that tolerates the weight noise: the
 noise term penalises large hidden activations. Deterministic: seeded torch on one thread, seeded

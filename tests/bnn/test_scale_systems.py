@@ -64,3 +64,14 @@ def test_benchmark_setup_is_the_papers_convention(name) -> None:
     (w1l, b1l), (w1u, b1u) = box.lower[1], box.upper[1]
     np.testing.assert_allclose(w1u - w1l, 2 * 0.05)  # ± 0.5 · 0.1 on the output kernel
     np.testing.assert_array_equal(b1l, b1u)
+
+
+def test_the_cli_names_every_benchmark():
+    """``--benchmark``'s help and error text list every name ``benchmark_config`` accepts."""
+    import re
+
+    from safecert.bnn.setup import BENCHMARKS
+    from safecert.cli.bnn import BENCHMARK_NAMES
+
+    missing = [n for n in BENCHMARKS if not re.search(rf"(?<![\w]){n}(?![\w])", BENCHMARK_NAMES)]
+    assert not missing, missing

@@ -25,7 +25,10 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-BENCHMARK_NAMES = "lds|lds_all|pend|pend_all|car|car_all (lds_x04|lds_all_x04: X0 = 0.4)"
+BENCHMARK_NAMES = (
+    "lds|lds_all|pend|pend_all|car|car_all (lds_x04|lds_all_x04: X0 = 0.4), "
+    "lane (3-D lane keeping), cartpole (4-D cart-pole)"
+)
 
 
 @app.command()

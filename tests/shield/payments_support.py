@@ -19,6 +19,13 @@ PAYMENTS = ROOT / "examples" / "payments"
 CERT = PAYMENTS / "cert" / "certificate.json"
 PREDICATES = ["looked_up", "approved", "paid", "harm"]
 HORIZON = 6
+#: the safecert command line run in a child process (the gateway under test)
+SAFECERT = [
+    sys.executable,
+    "-c",
+    "import sys; from safecert.cli.main import main; sys.exit(main())",
+]
+DEADLINE_S = 60  # a hang guard for every wait in the gateway tests, not a speed requirement
 
 
 def payments_phi() -> Any:

@@ -9,7 +9,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,19 +17,13 @@ import anyio
 import pytest
 
 from safecert.shield.certify import certify_shield
-from tests.shield.payments_support import HORIZON, copy_payments, replay_violations
+from tests.shield.payments_support import HORIZON, SAFECERT, copy_payments, replay_violations
 
 pytest.importorskip("mcp")
 
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-SAFECERT = [
-    sys.executable,
-    "-c",
-    "import sys; from safecert.cli.main import main; sys.exit(main())",
-]
 
 
 def _serve_args(*extra: str) -> list[str]:

@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,7 +24,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.shield.payments_support import PAYMENTS, copy_payments
+from tests.shield.payments_support import DEADLINE_S, PAYMENTS, SAFECERT, copy_payments
 
 pytest.importorskip("mcp")
 
@@ -33,13 +32,6 @@ import mcp_types as types  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.message import SessionMessage  # noqa: E402
-
-SAFECERT = [
-    sys.executable,
-    "-c",
-    "import sys; from safecert.cli.main import main; sys.exit(main())",
-]
-DEADLINE_S = 60  # a hang guard for every wait, not a speed requirement
 
 # an upstream MCP server whose lookup can sleep, crash, or report its pid
 FLAKY = '''
@@ -124,6 +116,30 @@ def _assert_gone(pids: list[int]) -> None:
         time.sleep(0.05)
 
 
+def _kill_during_the_call(proc: subprocess.Popen, work: Path) -> None:
+    """Once the sleeping call has reached the upstream, SIGKILL the gateway: its upstream must be
+    gone at once (the parent-death signal, not the call's end, stops it)."""
+    _wait_for((work / "sleeping").exists, "the call to reach the upstream")
+    upstream = _pids(work)
+    assert upstream and all(_alive(p) for p in upstream)
+    proc.kill()
+    proc.wait(DEADLINE_S)
+    _assert_gone(upstream)
+
+
+async def _signal_during_a_slow_call(s, proc, sig: int, work: Path, out: dict) -> None:
+    """Send ``sig`` once a 1.5 s call has reached the upstream, and wait for the call: its result
+    lands in ``out["slow"]`` (an exception that ends it propagates)."""
+    async with anyio.create_task_group() as tg:
+
+        async def slow() -> None:
+            out["slow"] = await s.call_tool("lookup_invoice", {"invoice": "SLEEP:1.5"})
+
+        tg.start_soon(slow)
+        await anyio.to_thread.run_sync(_wait_for, (work / "sleeping").exists, "the call")
+        proc.send_signal(sig)
+
+
 def _wait_for(predicate, what: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not predicate():
@@ -187,15 +203,8 @@ def test_stdio_signal_drains_the_call_in_flight_then_exits_128_plus_signal(work,
     async def main() -> None:
         async with _stdio_gateway(work, "--shutdown-grace", "20") as (proc, s):
             await s.list_tools()  # the SDK's client validates results against the listed schema
-            async with anyio.create_task_group() as tg:
-
-                async def slow() -> None:
-                    out["slow"] = await s.call_tool("lookup_invoice", {"invoice": "SLEEP:1.5"})
-
-                tg.start_soon(slow)
-                await anyio.to_thread.run_sync(_wait_for, (work / "sleeping").exists, "the call")
-                proc.send_signal(sig)
-                out["code"] = await _exit_code(proc)
+            await _signal_during_a_slow_call(s, proc, sig, work, out)
+            out["code"] = await _exit_code(proc)
 
     anyio.run(main)
     result = out["slow"]
@@ -263,12 +272,7 @@ def test_sigkill_of_the_gateway_during_a_call_takes_the_upstream_down(work):
         assert proc.stdout is not None
         assert json.loads(proc.stdout.readline())["id"] == 1
         _send(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call)
-        _wait_for((work / "sleeping").exists, "the call to reach the upstream")
-        upstream = _pids(work)
-        assert upstream and all(_alive(p) for p in upstream)
-        proc.kill()
-        proc.wait(DEADLINE_S)
-        _assert_gone(upstream)  # the parent-death signal, not the call's end, stopped it
+        _kill_during_the_call(proc, work)
     finally:
         proc.kill()
         proc.wait(DEADLINE_S)
@@ -438,14 +442,7 @@ def test_http_signal_drains_the_call_in_flight_then_exits_128_plus_signal(work, 
         url = f"http://127.0.0.1:{port}/mcp"
         async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
             await s.initialize()
-            async with anyio.create_task_group() as tg:
-
-                async def slow() -> None:
-                    out["slow"] = await s.call_tool("lookup_invoice", {"invoice": "SLEEP:1.5"})
-
-                tg.start_soon(slow)
-                await anyio.to_thread.run_sync(_wait_for, (work / "sleeping").exists, "the call")
-                proc.send_signal(sig)
+            await _signal_during_a_slow_call(s, proc, sig, work, out)
 
     try:
         anyio.run(main)
@@ -476,12 +473,7 @@ def test_http_sigkill_of_the_gateway_during_a_call_takes_the_upstream_down(work)
     caller = threading.Thread(target=client, daemon=True)
     try:
         caller.start()
-        _wait_for((work / "sleeping").exists, "the call to reach the upstream")
-        upstream = _pids(work)
-        assert upstream and all(_alive(p) for p in upstream)
-        proc.kill()
-        proc.wait(DEADLINE_S)
-        _assert_gone(upstream)  # the parent-death signal, not the call's end, stopped it
+        _kill_during_the_call(proc, work)
     finally:
         proc.kill()
         proc.wait(DEADLINE_S)

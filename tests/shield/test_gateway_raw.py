@@ -12,26 +12,19 @@ import select
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.shield.payments_support import HORIZON, PAYMENTS, copy_payments
+from tests.shield.payments_support import DEADLINE_S, HORIZON, PAYMENTS, SAFECERT, copy_payments
 
 pytest.importorskip("mcp")
 
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-SAFECERT = [
-    sys.executable,
-    "-c",
-    "import sys; from safecert.cli.main import main; sys.exit(main())",
-]
-DEADLINE_S = 60  # a hang guard for every wait, not a speed requirement
 INIT = {
     "jsonrpc": "2.0", "id": "init", "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {},

@@ -13,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # 40–100 s on 2 cores (measured with --durations); runs in make test-all
 def test_python_api_page_examples(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)  # the page's paths are relative to the repository
     failures, tried = doctest.testfile(

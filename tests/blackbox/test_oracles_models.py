@@ -164,6 +164,7 @@ def test_bundled_examples_plan(name):
     assert plan.config.envelope.obs_ranges is not None
 
 
+@pytest.mark.slow  # 40–100 s on 2 cores (measured with --durations); runs in make test-all
 def test_bundled_sb3_and_torchscript_vendors_agree(cli_here, tmp_path):
     results = []
     for name in ("cartpole_sb3.toml", "cartpole_torchscript.toml"):

@@ -81,6 +81,7 @@ def _small() -> BnnConfig:
     )
 
 
+@pytest.mark.slow  # 40–100 s on 2 cores (measured with --durations); runs in make test-all
 def test_same_certificate_idle_and_under_load(tmp_path: Path) -> None:
     idle, loaded, slowdown = idle_and_loaded(_small(), tmp_path)
     r = idle.result

@@ -30,7 +30,7 @@ demo: $(DEMO_STAMP)
 	@echo "report: $(OUT)/report.html (verify: $(VENV)/bin/safecert verify $(OUT)/certificate.json)"
 
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q -m "not slow" -n 2 --timeout 600
+	$(PY) -m pytest -q -m "not slow" -n 3 --timeout 600
 
 test-all: $(TEST_STAMP)
 	$(PY) -m pytest -q -n 2 --timeout 1800

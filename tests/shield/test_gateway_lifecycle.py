@@ -445,7 +445,14 @@ def test_http_signal_drains_the_call_in_flight_then_exits_128_plus_signal(work, 
             await _signal_during_a_slow_call(s, proc, sig, work, out)
 
     try:
-        anyio.run(main)
+        try:
+            anyio.run(main)
+        except BaseExceptionGroup as group:
+            # a message the client's SDK posts in the background (its initialized notification,
+            # late under load) finds the draining gateway no longer listening: not under test
+            _, rest = group.split(lambda e: type(e).__name__ == "ConnectError")
+            if rest is not None or "slow" not in out:
+                raise
         code = proc.wait(DEADLINE_S)
     finally:
         proc.kill()

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safecert.errors import ConfigError
-from safecert.shield.action_rules import NotANumber, load_action_rules
+from safecert.shield.action_rules import CannotDecide, load_action_rules
 from tests.shield.payments_support import PAYMENTS, payments_phi
 
 RULES = load_action_rules(PAYMENTS / "actions.toml")
@@ -38,9 +38,51 @@ def test_conditions_and_first_match(tmp_path: Path):
     assert rules("send", {"to": "a@x"}) == "send_external"  # absent argument: condition fails
     assert rules("read", {}) == "read"
     for not_a_number in ("1", True, None, [1]):  # present, not a number: no answer at all
-        with pytest.raises(NotANumber, match="argument 'n'"):
+        with pytest.raises(CannotDecide, match="argument 'n'"):
             rules("send", {"to": "a@x", "n": not_a_number})
     assert rules("send", {"to": "c@x", "n": "1"}) == "send_external"  # `in` failed first
+
+
+@pytest.mark.parametrize(
+    "condition, argument, expected",
+    [
+        ("{ eq = 0 }", 0, "free"),
+        ("{ eq = 0 }", 0.0, "free"),
+        ("{ eq = 0 }", 7, "paid"),
+        ("{ eq = 0 }", "0", CannotDecide),  # a tool may read "0" as 0
+        ("{ eq = 0 }", False, CannotDecide),  # Python alone would say False == 0
+        ("{ eq = 0 }", None, CannotDecide),
+        ("{ ne = 0 }", 7, "free"),
+        ("{ ne = 0 }", "7", CannotDecide),  # Python alone would say "7" != 0: matched
+        ("{ eq = true }", True, "free"),
+        ("{ eq = true }", 1, CannotDecide),  # Python alone would say 1 == True
+        ('{ eq = "EUR" }', "EUR", "free"),
+        ('{ eq = "EUR" }', ["EUR"], CannotDecide),
+        ("{ in = [0, 1] }", 1, "free"),
+        ("{ in = [0, 1] }", 2, "paid"),
+        ("{ in = [0, 1] }", "1", CannotDecide),
+        ("{ in = [0, 1] }", True, CannotDecide),  # Python alone would say True in [0, 1]
+        ('{ in = ["a", "b"] }', "b", "free"),
+        ('{ in = ["a", "b"] }', {"b": 1}, CannotDecide),
+    ],
+)
+def test_a_condition_compares_within_one_kind_or_blocks(
+    tmp_path: Path, condition, argument, expected
+):
+    """``eq ne in`` as well as ``gt ge lt le``: an argument of another JSON kind than the rule's
+    value is not "unequal" (which would pass the call on to the next rule, or match ``ne``): the
+    rule cannot decide, and the call is blocked."""
+    path = tmp_path / "r.toml"
+    path.write_text(
+        f'[[rule]]\ntool = "pay"\nwhen = {{ x = {condition} }}\naction = "free"\n'
+        '[[rule]]\ntool = "pay"\naction = "paid"\n'
+    )
+    rules = load_action_rules(path)
+    if expected is CannotDecide:
+        with pytest.raises(CannotDecide, match="argument 'x'"):
+            rules("pay", {"x": argument})
+    else:
+        assert rules("pay", {"x": argument}) == expected
 
 
 def test_a_number_written_as_a_string_is_blocked_not_taken_for_a_small_one():
@@ -63,6 +105,13 @@ def test_a_number_written_as_a_string_is_blocked_not_taken_for_a_small_one():
         ('[[rule]]\ntool = "pay"\naction = "x"\nextra = 1\n', "rule 1"),
         ("rule = 3\n", "[[rule]]"),
         ("not toml [", "cannot read"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { gt = "5" } }\n', "gt needs a number"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { le = true } }\n', "le needs a number"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { lt = nan } }\n', "not NaN"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { eq = [1] } }\n', "eq needs"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { in = [] } }\n', "non-empty list"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { in = [1, "1"] } }\n', "in needs"),
+        ('[[rule]]\ntool = "p"\naction = "x"\nwhen = { a = { in = "ab" } }\n', "in needs"),
     ],
 )
 def test_malformed_rules_are_refused(tmp_path: Path, text, needle):
@@ -73,10 +122,10 @@ def test_malformed_rules_are_refused(tmp_path: Path, text, needle):
     assert needle in str(info.value)
 
 
-def test_rules_are_answered_in_the_calling_thread_and_fail_closed(tmp_path: Path):
+def test_rules_are_answered_in_the_calling_thread_and_fail_closed():
     """A rules file is our own bounded code: the abstraction evaluates it where it is called (no
-    deadline worker is taken from the pool or added to it), with the file's answers, and an error
-    in a rule (a number compared with a string: TypeError) blocks the call instead of raising."""
+    deadline worker is taken from the pool or added to it), with the file's answers, and a rule
+    that cannot decide (a string where it compares numbers) blocks the call instead of raising."""
     import anyio
 
     from safecert.shield import deadline
@@ -89,10 +138,7 @@ def test_rules_are_answered_in_the_calling_thread_and_fail_closed(tmp_path: Path
     assert abstraction.action("pay", {"amount": 5000}) == "pay_large"
     assert anyio.run(abstraction.aaction, "pay", {"amount": 5}) == "pay_small"
     assert deadline._idle == idle_before  # no worker taken, none added
-    path = tmp_path / "r.toml"
-    path.write_text('[[rule]]\ntool = "pay"\nwhen = { amount = { gt = "a" } }\naction = "x"\n')
-    broken = Abstraction(model, PHI.phi, load_action_rules(path))
-    with pytest.raises(AbstractionFailed, match="action map failed .TypeError"):
-        broken.action("pay", {"amount": 5})
-    with pytest.raises(AbstractionFailed, match="action map failed .TypeError"):
-        anyio.run(broken.aaction, "pay", {"amount": 5})
+    with pytest.raises(AbstractionFailed, match="action map failed .CannotDecide"):
+        abstraction.action("pay", {"amount": "5"})
+    with pytest.raises(AbstractionFailed, match="action map failed .CannotDecide"):
+        anyio.run(abstraction.aaction, "pay", {"amount": "5"})

@@ -15,36 +15,71 @@ from pathlib import Path
 from typing import Any
 
 
-class NotANumber(TypeError):
-    """An ordered comparison (``gt ge lt le``) met an argument that is not a number."""
+class CannotDecide(TypeError):
+    """A condition met an argument of another kind than it was written for: ``gt ge lt le`` an
+    argument that is not a number, ``eq ne in`` one that is not of its value's kind (number,
+    string or boolean). A tool may well read ``"5000"`` as 5000, or ``true`` as 1, so the rule
+    cannot decide either way: the call is blocked (fail closed) rather than matched or passed on
+    to the next rule."""
+
+
+def _kind(v: Any) -> str:
+    """The JSON kind a condition compares within: ``number`` (int or float, not bool),
+    ``string``, ``boolean``; anything else (null, array, object) is ``other``."""
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int | float):
+        return "number"
+    return "string" if isinstance(v, str) else "other"
 
 
 def _number(v: Any) -> int | float:
-    """``v`` when it is a number (not a bool); else :class:`NotANumber`. A tool's own schema may
-    read ``"5000"`` as 5000, so a rule cannot take a string for "not above 1000": it cannot
-    decide, and the call is blocked (fail closed)."""
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        return v
-    raise NotANumber(f"{v!r} is not a number")
+    if _kind(v) != "number":
+        raise CannotDecide(f"{v!r} is not a number")
+    return v
+
+
+def _same_kind(v: Any, kind: str) -> Any:
+    if _kind(v) != kind:
+        raise CannotDecide(f"{v!r} is not a {kind}")
+    return v
 
 
 _RULE_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "eq": lambda v, x: v == x,
-    "ne": lambda v, x: v != x,
+    "eq": lambda v, x: _same_kind(v, _kind(x)) == x,
+    "ne": lambda v, x: _same_kind(v, _kind(x)) != x,
     "gt": lambda v, x: _number(v) > x,
     "ge": lambda v, x: _number(v) >= x,
     "lt": lambda v, x: _number(v) < x,
     "le": lambda v, x: _number(v) <= x,
-    "in": lambda v, x: v in x,
+    "in": lambda v, x: _same_kind(v, _kind(x[0])) in x,
 }
+
+
+def _value_error(op: str, value: Any) -> str | None:
+    """Why ``value`` cannot stand on the right of ``op`` in a rules file, or None when it can."""
+    if op in ("gt", "ge", "lt", "le"):
+        if _kind(value) != "number" or value != value:
+            return f"{op} needs a number (not NaN), got {value!r}"
+    elif op in ("eq", "ne"):
+        if _kind(value) == "other":
+            return f"{op} needs a number, a string or a boolean, got {value!r}"
+    elif (
+        not isinstance(value, list)
+        or not value
+        or _kind(value[0]) == "other"
+        or any(_kind(x) != _kind(value[0]) for x in value)
+    ):
+        return f"in needs a non-empty list of numbers, of strings or of booleans, got {value!r}"
+    return None
 
 
 @dataclass(frozen=True)
 class ActionRules:
     """A parsed rules file: ``(tool, [(argument, operator, value)], action)`` in file order. Called
     as ``rules(tool, arguments) -> action``: the first rule whose tool matches and whose conditions
-    all hold (an absent argument fails a condition); the tool's own name when none does. An
-    ordered comparison of an argument that is not a number raises :class:`NotANumber`."""
+    all hold (an absent argument fails a condition); the tool's own name when none does. A
+    condition on an argument of another kind than its value raises :class:`CannotDecide`."""
 
     rules: tuple[tuple[str, tuple[tuple[str, str, Any], ...], str], ...]
 
@@ -61,8 +96,8 @@ class ActionRules:
 def _holds(arg: str, op: str, v: Any, x: Any) -> bool:
     try:
         return _RULE_OPS[op](v, x)
-    except NotANumber as exc:
-        raise NotANumber(f"argument {arg!r}: {exc}; {op} needs a number") from None
+    except CannotDecide as exc:
+        raise CannotDecide(f"argument {arg!r}: {exc}; {op} cannot compare it") from None
 
 
 def load_action_rules(path: Path) -> ActionRules:
@@ -79,10 +114,13 @@ def load_action_rules(path: Path) -> ActionRules:
 
     The first rule whose ``tool`` matches and whose ``when`` conditions all hold gives the action
     (operators ``eq ne gt ge lt le in``); a call no rule matches maps to its tool's name, which the
-    guard blocks unless the model has that action. ``gt ge lt le`` on an argument that is there
-    but is not a number (``"5000"``, ``true``) raise: the call is blocked, because a tool may well
-    read the string as the number the rule was written for. Raises
-    :class:`ConfigError` naming the rule for a malformed file."""
+    guard blocks unless the model has that action. A condition compares within one JSON kind:
+    ``gt ge lt le`` take a number, ``eq ne`` a number, a string or a boolean, ``in`` a non-empty
+    list of one of those kinds. An argument that is there but of another kind (``"5000"`` or
+    ``true`` against a number) raises :class:`CannotDecide` and the call is blocked, because a
+    tool may well read the string as the number the rule was written for. Raises
+    :class:`ConfigError` naming the rule for a malformed file, including a value of the wrong
+    kind for its operator."""
     from safecert.config import read_toml
     from safecert.errors import ConfigError
 
@@ -110,6 +148,9 @@ def load_action_rules(path: Path) -> ActionRules:
                     f"{where}: condition on {arg!r} must use {sorted(_RULE_OPS)}",
                     field="--action-map",
                 )
-            conds += [(arg, op, value) for op, value in test.items()]
+            for op, value in test.items():
+                if (bad := _value_error(op, value)) is not None:
+                    raise ConfigError(f"{where}: {arg!r}: {bad}", field="--action-map")
+                conds.append((arg, op, value))
         parsed.append((tool, tuple(conds), action))
     return ActionRules(tuple(parsed))

@@ -20,7 +20,7 @@ import os
 import signal
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -32,6 +32,7 @@ from safecert import procs
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import Oracle, OracleSpec, lockstep_calls, make_oracle
+from safecert.envs import in_worker as env_in_worker
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,13 @@ class Worker:
         self.copies = episodes_per_worker(ctx)
         self.envs: dict[int, list] = {}
         self._colocation = ExitStack()
+        #: pin this thread and its workers to one CPU only when there are workers to share it
+        #: with (a policy or environment worker): a pinned process with nothing to meet cannot
+        #: move off a busy CPU (all in-process, ONNX, ``exec:`` and HTTP runs with a registered
+        #: environment)
+        self.colocate = ctx.oracle.in_worker or env_in_worker(
+            ctx.config.env, trusted=ctx.config.trust == "in-process"
+        )
 
     def _envs(self, cell: int, jobs: int) -> list:
         """The cell's env copies for a chunk of ``jobs`` episodes: made as first needed, at most
@@ -150,12 +158,13 @@ class Worker:
 
     def run(self, jobs: Sequence[EpisodeJob]) -> list[EpisodeRecord]:
         """Run ``jobs`` (grouped by cell) on this worker's env copies; with the policy and
-        environment workers on this thread's CPU (:func:`safecert.isolation.colocated`)."""
+        environment workers, when it has any, on this thread's CPU
+        (:func:`safecert.isolation.colocated`)."""
         from safecert.blackbox.rollout import run_lockstep
         from safecert.isolation import colocated
 
         out: list[EpisodeRecord] = []
-        with colocated():
+        with colocated() if self.colocate else nullcontext():
             for cell, group in groupby(jobs, key=lambda j: j.cell):
                 cell_jobs = list(group)
                 out.extend(
@@ -176,7 +185,8 @@ class Worker:
         episode; benchmarks/RESULTS_sequential_overshoot.md)."""
         from safecert.isolation import colocated
 
-        self._colocation.enter_context(colocated())
+        if self.colocate:
+            self._colocation.enter_context(colocated())
 
     def close(self) -> None:
         for envs in self.envs.values():

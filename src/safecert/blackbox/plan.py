@@ -119,10 +119,12 @@ def plan_run(config_path: Path, base_dir: Path | None = None) -> RunPlan:
 def reference_spec(config: RunConfig, base_dir: Path) -> OracleSpec | None:
     """The oracle of ``envelope.reference_policy`` (None for ``"random"`` or when unset); the
     policy under test cannot be its own reference."""
+    name = config.envelope.reference_policy
+    if name is None:
+        return None
     from safecert.blackbox.ranges import RANDOM_REFERENCE
 
-    name = config.envelope.reference_policy
-    if name is None or name == RANDOM_REFERENCE:
+    if name == RANDOM_REFERENCE:
         return None
     if name.strip() == config.policy.strip():
         raise ConfigError(

@@ -22,7 +22,7 @@ import gymnasium as gym
 
 from safecert.errors import ConfigError
 
-__all__ = ["BUILTIN_IDS", "make_env"]
+__all__ = ["BUILTIN_IDS", "in_worker", "make_env"]
 
 BUILTIN_IDS = (
     "SafePointGoal-v0",
@@ -57,6 +57,12 @@ def _register() -> None:
 _register()
 
 
+def in_worker(env_spec: str, *, trusted: bool) -> bool:
+    """True when :func:`make_env` runs ``env_spec`` in an environment worker (a child process):
+    a ``python:`` environment that is not ``trusted``."""
+    return env_spec.startswith("python:") and not trusted
+
+
 def make_env(
     env_spec: str, env_kwargs: Mapping[str, Any] | None, base_dir: Path, *, trusted: bool = False
 ) -> gym.Env:
@@ -70,7 +76,7 @@ def make_env(
     ``env`` or ``env_kwargs``.
     """
     kwargs = dict(env_kwargs or {})
-    if env_spec.startswith("python:") and not trusted:
+    if in_worker(env_spec, trusted=trusted):
         from safecert.envs.remote import RemoteEnv
 
         return RemoteEnv(env_spec, kwargs, Path(base_dir))

@@ -97,6 +97,11 @@ def each_call(
     """:data:`Calls` for an oracle whose calls cost the same one by one: ``act`` once per group of
     ``size`` rows, in order; a call's :class:`OracleFailure` is its result, not the step's."""
     groups = call_groups(len(observations), size)
+    if len(groups) == 1:  # one call (an in-process policy at lockstep 1): its reply as it is
+        try:
+            return np.asarray(act(observations))
+        except OracleFailure as exc:
+            return [exc]
     out: list[CallResult] = []
     for rows in groups:
         try:

@@ -38,6 +38,7 @@ from safecert.bnn.config import (
     load_sigma_network,
 )
 from safecert.bnn.networks import read_policy_file
+from safecert.bnn.pool import SolvePool
 from safecert.bnn.result import (
     BnnResult,
     Checks,
@@ -320,9 +321,13 @@ def certify_run(
     sign_key: Path | None = None,
     progress: Callable[[int, str], None] | None = None,
     events: Events | None = None,
+    workers: int = 1,
 ) -> BnnRun:
     """Run ``cfg`` (read from ``config_path``, or built from ``--benchmark`` when None) and write
-    its artifacts into ``out`` (module docstring). ``progress(iteration, text)`` sees each CEGIS
+    its artifacts into ``out`` (module docstring). ``workers``: solver processes for the closure
+    pieces of ``[verifier] closure_splits`` (:class:`~safecert.bnn.pool.SolvePool`, opened for
+    this run and closed before it returns; execution only, never recorded and never an outcome).
+    ``progress(iteration, text)`` sees each CEGIS
     event; ``events`` (:mod:`safecert.events`) sees the run: ``run_started``, ``epsilon_started``,
     ``cegis_iteration``, ``epsilon_finished``, ``run_finished`` (docs/bnn.md). Verdict SAFE only
     on a proof of all three conditions for the certified ε."""
@@ -372,12 +377,15 @@ def certify_run(
     problem.progress = iteration
     plan = search_plan(cfg)
     events.emit("run_started", engine="bnn", epsilons=[str(e) for e in plan.ladder])
-    found = search_epsilon(
-        attempt,
-        plan.ladder,
-        total_time_s=plan.total_time_s,
-        bisection_steps=plan.bisection_steps,
-    )
+    with SolvePool(workers if cfg.verifier.closure_splits > 0 else 1) as pool:
+        problem.pool = pool
+        found = search_epsilon(
+            attempt,
+            plan.ladder,
+            total_time_s=plan.total_time_s,
+            bisection_steps=plan.bisection_steps,
+        )
+        problem.pool = None
     cert, shown = build_certificate(problem, found, inputs)
     plot = None
     if shown is not None and can_plot(problem.bench):

@@ -25,6 +25,9 @@ Example (``examples/bnn/lds.toml``)::
     total_s = 7200              # the whole ε search
     solver_s = 600              # one MILP
 
+    [verifier]
+    closure_splits = 0          # closure asked on 2**k pieces of the step domain (--workers)
+
 ``--benchmark NAME`` builds the same model from the published setup (:func:`benchmark_config`).
 """
 
@@ -180,6 +183,19 @@ class LimitsConfig(_Model):
         return data
 
 
+class VerifierConfig(_Model):
+    """``[verifier]``: how the closure question is asked (part of the outcome, so recorded)."""
+
+    closure_splits: int = Field(
+        default=0,
+        ge=0,
+        le=6,
+        description="ask closure on 2**closure_splits pieces of the step domain (halved along "
+        "dimension k mod d at cut k), each its own MILP with its own node budget; the pieces run "
+        "in parallel on --workers processes",
+    )
+
+
 class InvariantConfig(_Model):
     hidden: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         default_factory=lambda: [12], min_length=1, max_length=16
@@ -293,6 +309,7 @@ class BnnConfig(_Model):
     bayesian: BayesianConfig = Field(default_factory=BayesianConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     invariant: InvariantConfig = Field(default_factory=InvariantConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     data: DataConfig = Field(default_factory=DataConfig)

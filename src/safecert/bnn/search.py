@@ -58,6 +58,7 @@ from safecert.bnn.witness import Witness, find_witness, replay_witness
 
 if TYPE_CHECKING:
     from safecert.bnn.invariant import InvariantNet
+    from safecert.bnn.pool import SolvePool
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,9 @@ class BnnProblem:
     #: learn from every incumbent of a violated MILP that replays (Verifier ``incumbents``;
     #: training data only, proofs unchanged)
     incumbents: bool = True
+    #: where the closure pieces (``[verifier] closure_splits``) are solved: execution only,
+    #: never an outcome (None: one after another in this process)
+    pool: SolvePool | None = None
 
     def box(self, epsilon: Epsilon) -> WeightBox:
         return self.spec.box(self.mean, epsilon)
@@ -235,6 +239,8 @@ class BnnProblem:
             strict_closure=self.strict_closure,
             margin=self.verifier_margin,
             incumbents=self.incumbents,
+            closure_splits=cfg.verifier.closure_splits,
+            pool=self.pool,
         )
         falsifier = (
             SamplingFalsifier(self.bench, box, rng, samples=cfg.data.falsifier_samples)

@@ -65,8 +65,10 @@ def benchmark_config(name: str, **overrides: object) -> BnnConfig:
             "hidden": [32] if system == "car" else [16] if policy in SCALE_POLICIES else [12]
         },
     }
-    if policy in SCALE_POLICIES:  # 3-D / 4-D: more learner rounds than the 2-D default of 200
+    if policy in SCALE_POLICIES:  # 3-D / 4-D: more learner rounds than the 2-D default of 200,
+        # and the closure question asked on two halves of the step domain (--workers in parallel)
         data["limits"] = {"max_iterations": 1000}
+        data["verifier"] = {"closure_splits": 1}
     data.update(overrides)
     cfg = parse_model(BnnConfig, data)
     check_config(cfg)

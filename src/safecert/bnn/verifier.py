@@ -27,8 +27,9 @@ of a floating-point MILP solver, not exact arithmetic.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -48,10 +49,13 @@ from safecert.bnn.replay import (
     replay_initial,
     replay_unsafe,
 )
-from safecert.bnn.sets import Piece, Polytope
+from safecert.bnn.sets import Box, Piece, Polytope
 from safecert.bnn.solvers import Milp, SolveResult, solve
 from safecert.bnn.spec import WeightBox
 from safecert.errors import ConfigError
+
+if TYPE_CHECKING:
+    from safecert.bnn.pool import SolvePool
 
 Condition = Literal["closure", "initial", "unsafe", "problem1"]
 CheckStatus = Literal["infeasible", "counterexample", "spurious", "node limit", "timeout", "error"]
@@ -148,7 +152,13 @@ class Verifier:
     the closure question strictly first (for counterexample generation, see :func:`decide`) — the
     relaxed query is still the one whose infeasibility makes the proof; ``incumbents``: also
     replay the solver's earlier incumbents of a query that gave a counterexample and return those
-    that replay in ``Counterexample.more`` (more counterexamples per MILP, no extra solve).
+    that replay in ``Counterexample.more`` (more counterexamples per MILP, no extra solve);
+    ``closure_splits``: ask the closure question on ``2**closure_splits`` pieces of the step box
+    (:func:`split_box`), each a MILP of its own with its own node budget, all of them answered
+    before the pieces are combined in a fixed order (:func:`combine`) — the verdict depends on the
+    pieces, never on how they were scheduled; ``pool``: where the pieces are solved (a
+    :class:`~safecert.bnn.pool.SolvePool` of worker processes; None: one after another in this
+    process). The pool is execution only: the same inputs give the same verdict with any pool.
     """
 
     def __init__(
@@ -166,6 +176,8 @@ class Verifier:
         strict_closure: bool = False,
         incumbents: bool = False,
         node_limit: int | None = None,
+        closure_splits: int = 0,
+        pool: SolvePool | None = None,
     ) -> None:
         if policy.mean.in_dim != bench.state_dim or policy.mean.out_dim != bench.n_actions:
             raise ConfigError(
@@ -191,6 +203,8 @@ class Verifier:
         self.margin, self.first_feasible, self.threads = margin, first_feasible, threads
         self.robust_margin, self.strict_closure = robust_margin, strict_closure
         self.incumbents, self.node_limit = incumbents, node_limit
+        self.regions = split_box(bench.step_box, closure_splits, bench.integer)
+        self.pool = pool
 
     # ---- public ---------------------------------------------------------------------------
     def check(self, g: ReluNetwork) -> Verdict:
@@ -207,12 +221,16 @@ class Verifier:
                 spurious.extend(verdict.spurious)
         return summarise(checks, spurious)
 
-    def closure_query(self, g: ReluNetwork, m: float | None = None) -> _Query:
-        """The closure MILP relaxed by ``m`` (default ``margin``; negative = strict by ``−m``)."""
+    def closure_query(
+        self, g: ReluNetwork, m: float | None = None, region: Box | None = None
+    ) -> _Query:
+        """The closure MILP relaxed by ``m`` (default ``margin``; negative = strict by ``−m``),
+        over the states of ``region`` (a piece of the step box; default: all of it)."""
         b = self.bench
         m = self.margin if m is None else m
+        region = b.step_box if region is None else region
         milp = Milp()
-        x = state_vars(milp, b.step_box.lo, b.step_box.hi, b.integer)
+        x = state_vars(milp, region.lo, region.hi, b.integer)
         g_x = encode_network(milp, g, x).out
         milp.add_row(g_x.idx, [1.0], lo=-m)  # x ∈ Inv (first, so LP tightening can use it)
         pol = encode_network(milp, self.policy, x, tighten=self.tighten)
@@ -251,16 +269,30 @@ class Verifier:
         return _Query(milp, x, pol, x1)
 
     def check_closure(self, g: ReluNetwork) -> Verdict:
-        def build(m: float) -> tuple[Milp, Replay]:
-            q = self.closure_query(g, m)
+        """Is there ``x ∈ Inv`` and ``w ∈ W_ε`` with ``f(x, π_w(x)) ∉ Inv``? One question per
+        piece of the step box (``closure_splits``), the pieces solved on the pool and combined
+        by :func:`combine` once all are answered."""
 
-            def replay(sol: np.ndarray) -> ReplayReport:
-                targets = [p.value(sol) for p in q.policy.pre]  # type: ignore[union-attr]
-                return replay_closure(self.bench, self.policy, g, q.x.value(sol), targets)
+        def decide_on(region: Box | None) -> Verdict:
+            pooled = region is not None
 
-            return q.milp, replay
+            def build(m: float) -> tuple[Milp, Replay]:
+                q = self.closure_query(g, m, region)
 
-        return self._decide("closure", build, strict_first=self.strict_closure)
+                def replay(sol: np.ndarray) -> ReplayReport:
+                    targets = [p.value(sol) for p in q.policy.pre]  # type: ignore[union-attr]
+                    return replay_closure(self.bench, self.policy, g, q.x.value(sol), targets)
+
+                return q.milp, replay
+
+            return self._decide("closure", build, self.strict_closure, pooled)
+
+        if len(self.regions) == 1:
+            return decide_on(None)
+        if self.pool is None or not self.pool.parallel:
+            return combine([decide_on(r) for r in self.regions])
+        with ThreadPoolExecutor(self.pool.workers, thread_name_prefix="closure-piece") as threads:
+            return combine(list(threads.map(decide_on, self.regions)))
 
     def check_initial(self, g: ReluNetwork) -> Verdict:
         """Is there ``x ∈ X0`` with ``g(x) < 0``? One MILP per piece of ``X0``."""
@@ -313,8 +345,10 @@ class Verifier:
         return summarise(checks, spurious)
 
     # ---- internals ------------------------------------------------------------------------
-    def _solve(self, milp: Milp, first: bool) -> SolveResult:
-        return solve(
+    def _solve(self, milp: Milp, first: bool, pooled: bool = False) -> SolveResult:
+        """One MILP under the verifier's settings; ``pooled``: on the pool (a closure piece)."""
+        run = self.pool.solve if pooled and self.pool is not None else solve
+        return run(
             milp,
             self.solver,
             time_limit_s=self.time_limit_s,
@@ -324,11 +358,13 @@ class Verifier:
             node_limit=self.node_limit,
         )
 
-    def _decide(self, condition: Condition, build: Builder, strict_first: bool = False) -> Verdict:
+    def _decide(
+        self, condition: Condition, build: Builder, strict_first: bool = False, pooled: bool = False
+    ) -> Verdict:
         return decide(
             condition,
             build,
-            self._solve,
+            lambda milp, first: self._solve(milp, first, pooled),
             self.first_feasible,
             self.margin,
             self.robust_margin,
@@ -424,6 +460,58 @@ def _replayed_pool(
             seen.add(rep.x.tobytes())
             out.append(rep)
     return tuple(out)
+
+
+def split_box(box: Box, splits: int, integer: bool = False) -> list[Box]:
+    """``box`` cut in ``2**splits`` pieces whose union is ``box``: the ``k``-th cut halves every
+    piece along state dimension ``k mod d`` (on integer states at an integer, each half keeping
+    its integer points; a piece with a single integer value there is not cut). Pieces in a fixed
+    order: the lower half before the upper one, cut by cut."""
+    if splits < 0:
+        raise ConfigError(f"must be >= 0, got {splits}", field="verifier.closure_splits")
+    pieces = [box]
+    for k in range(splits):
+        d = k % box.dim
+        out: list[Box] = []
+        for p in pieces:
+            lo, hi = float(p.lo[d]), float(p.hi[d])
+            mid = (lo + hi) / 2.0
+            upper_lo = mid
+            if integer:
+                mid = float(np.floor(mid))
+                upper_lo = mid + 1.0
+                if upper_lo > hi:
+                    out.append(p)
+                    continue
+            low_hi, high_lo = p.hi.copy(), p.lo.copy()
+            low_hi[d], high_lo[d] = mid, upper_lo
+            out += [Box(p.lo, low_hi), Box(high_lo, p.hi)]
+        pieces = out
+    return pieces
+
+
+def combine(verdicts: Sequence[Verdict]) -> Verdict:
+    """One verdict from the answers of the pieces of one question (in piece order), whatever
+    order they were solved in: every piece's checks; a wall-clock guard that fired in any piece
+    gives :class:`Unknown` (what the other pieces found depends on the machine); else the
+    counterexample of the lowest piece that has one, with the other pieces' replayed violations
+    in ``more`` (one per distinct state); else :func:`summarise` (a proof when every piece is
+    infeasible)."""
+    checks = tuple(c for v in verdicts for c in v.checks)
+    spurious = [r for v in verdicts if isinstance(v, Unknown) for r in v.spurious]
+    cexs = [v for v in verdicts if isinstance(v, Counterexample)]
+    if cexs and not any(c.status == "timeout" for c in checks):
+        first = cexs[0]
+        seen = {first.x.tobytes()}
+        more: list[ReplayReport] = []
+        for rep in [*first.more, *(r for v in cexs[1:] for r in (v.replay, *v.more))]:
+            if rep.x.tobytes() not in seen:
+                seen.add(rep.x.tobytes())
+                more.append(rep)
+        return Counterexample(
+            first.condition, first.x, first.replay, checks, first.x_next, tuple(more)
+        )
+    return summarise(checks, spurious)
 
 
 def summarise(checks: Sequence[CheckResult], spurious: Sequence[ReplayReport]) -> Verdict:

@@ -59,6 +59,13 @@ def verify(
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (overrides the config).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Solver processes for the closure pieces of [verifier] closure_splits "
+            "(default: the cores available). Execution only: the certificate is the same.",
+        ),
+    ] = None,
     sign_key: Annotated[
         Path | None,
         typer.Option("--sign-key", help="Ed25519 private key: also write certificate.json.sig."),
@@ -107,6 +114,8 @@ def verify(
         cfg = parse_model(
             BnnConfig, {**cfg.model_dump(), **{k: _dump(v) for k, v in updates.items()}}
         )
+    if workers is not None and workers < 1:
+        raise ConfigError(f"must be >= 1, got {workers}", field="--workers", fix="e.g. 2")
     if sign_key is not None:  # a bad key fails now, not after the search
         from safecert.signing import load_private_key
 
@@ -114,7 +123,10 @@ def verify(
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     with command_events(events, _Spinner, quiet=json_out) as progress:
-        run = certify_run(cfg, config, out, sign_key=sign_key, events=progress)
+        from safecert.bnn.pool import default_workers
+
+        n = workers if workers is not None else default_workers()
+        run = certify_run(cfg, config, out, sign_key=sign_key, events=progress, workers=n)
     from safecert.report import write_run_report
 
     write_run_report(run.path)

@@ -82,6 +82,9 @@ def test_lockstep_gives_the_records_of_one_episode_at_a_time(tmp_path, monkeypat
     assert lockstep(ctx1) == 1 and episodes_per_worker(ctx5) == 5
     assert lockstep(ctx16) == 16  # the default for a policy worker in a fixed-N run
     assert lockstep(replace(ctx16, sequential=True)) == 1  # sequential: no overshoot for speed
+    in_process = replace(ctx16, oracle=replace(ctx16.oracle, trust="in-process"))
+    assert lockstep(in_process) == 16  # a python: policy in process: the step's checks shared
+    assert lockstep(replace(in_process, oracle=replace(in_process.oracle, kind="onnx"))) == 1
     assert one == five == default
     reasons = {r.failure_reason.split(":")[0] for r in one if r.failure_reason}
     assert reasons == {"the policy failed the call", "action_out_of_space"}, reasons

@@ -48,23 +48,27 @@ class RunContext:
     sequential: bool = False
 
 
-#: K when the config names no ``lockstep``, the policy runs in a policy worker and the run is
-#: fixed-N: a step's 16
-#: calls share one pipe round trip (≈ 30 µs on an idle core, 200 µs under load) instead of paying
-#: one each; a cheap simulator step costs ≈ 20 µs (benchmarks/RESULTS_speed.md)
-LOCKSTEP_IN_WORKER = 16
+#: K when the config names no ``lockstep`` and the run is fixed-N, for a policy in a policy
+#: worker (a step's 16 calls share one pipe round trip: ≈ 30 µs on an idle core, 200 µs under
+#: load, against a cheap simulator step of ≈ 20 µs) and for a ``python:`` policy in process (the
+#: step's bookkeeping — observations to float64, the action checks — is done once for 16 rows
+#: instead of once per row: CartPole's loop 1.2–1.5× the hand loop instead of 1.6–1.7×, same
+#: runs; benchmarks/RESULTS_speed.md, round 4)
+LOCKSTEP_DEFAULT = 16
 
 
 def lockstep(ctx: RunContext) -> int:
     """K, the episodes a worker steps together per ``batch_size`` rows: the config's
-    ``lockstep``, else :data:`LOCKSTEP_IN_WORKER` for a policy in a policy worker in a fixed-N
-    run (a round trip per step to save, and every episode is run anyway), and 1 otherwise: other
-    policies (in-process, ONNX, ``exec:``, HTTP) cost the same call by call, and a sequential
-    run's episodes in flight are those it may run past a decision (none with one worker and
+    ``lockstep``, else :data:`LOCKSTEP_DEFAULT` in a fixed-N run for a policy in a policy worker
+    or a ``python:`` policy in process (every episode is run anyway), and 1 otherwise: an ONNX,
+    SB3 or TorchScript model in process, ``exec:`` and HTTP policies spend their time in the
+    call itself, so K copies of the environment would buy little, and a sequential run's
+    episodes in flight are those it may run past a decision (none with one worker and
     ``batch_size = 1``). Never changes an outcome: each row is its own oracle call either way."""
     if ctx.config.lockstep is not None:
         return ctx.config.lockstep
-    return LOCKSTEP_IN_WORKER if ctx.oracle.in_worker and not ctx.sequential else 1
+    cheap_steps = ctx.oracle.in_worker or ctx.oracle.kind == "python"
+    return LOCKSTEP_DEFAULT if cheap_steps and not ctx.sequential else 1
 
 
 def episodes_per_worker(ctx: RunContext) -> int:

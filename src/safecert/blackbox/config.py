@@ -4,8 +4,8 @@ Exactly the documented keys plus these documented additions (docs/blackbox.md):
 
 - top level: ``batch_size`` (rows per oracle call), ``lockstep`` (K: a worker steps K ×
   ``batch_size`` episodes together, one oracle call per ``batch_size`` rows; the calls of a step
-  travel to a policy worker in one round trip; default 16 for a policy in a policy worker in a
-  fixed-N run, else 1: ``safecert.blackbox.backends.lockstep``),
+  travel to a policy worker in one round trip; default 16 for a policy in a policy worker or a
+  ``python:`` policy in process in a fixed-N run, else 1: ``safecert.blackbox.backends.lockstep``),
   ``workers`` (default: ``os.cpu_count()``), ``env_kwargs``, ``headers``, ``timeout_s``,
   ``retries``, ``batched``, ``range_episodes`` (rollouts of the reference policy used to estimate
   unbounded observation ranges when ``envelope.obs_ranges = "estimate"``), ``artifacts`` (files the policy loads that the policy string

@@ -6,11 +6,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 #: ``--sign-key KEY``, shared by every command that writes a certificate
 SignKeyOpt = Annotated[
@@ -41,8 +42,25 @@ EventsOpt = Annotated[
     ),
 ]
 
-console = Console()
-err_console = Console(stderr=True)
+
+class _Console:
+    """A Rich console made on first use: importing Rich takes about 40 ms, which a command that
+    prints no table or styled text (``--json``, a usage error) does not spend."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+console: Any = _Console()
+err_console: Any = _Console(stderr=True)
 
 
 @contextmanager
@@ -71,6 +89,8 @@ def emit_json(data: Any) -> None:
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     """A Rich table; floats shown with 5 significant decimals."""
+    from rich.table import Table
+
     tab = Table(title=title, title_justify="left")
     for col in columns:
         tab.add_column(col, justify="right" if col not in ("cell", "state", "name") else "left")

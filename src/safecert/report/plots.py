@@ -159,7 +159,8 @@ def distributions_png(
     if not any(costs):
         return None
     path = Path(out_dir) / "distributions.png"
-    _draw_distributions(costs, returns, result.budget).save(path, optimize=False)
+    # zlib level 1: a few kB larger than the default level 6 and ~15 ms less per run (mostly white)
+    _draw_distributions(costs, returns, result.budget).save(path, compress_level=1)
     caption = (
         "Every episode's cost per cell against the budget d (above the dashed line: the episode "
         "fails the spec), and its return; boxes: quartiles."

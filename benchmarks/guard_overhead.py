@@ -9,7 +9,10 @@ One **repeat** is one session of ``--per-session`` timed calls to each arm — t
 the gateway (one per ``--build``), the bare and the ``guarded`` Python call — in an order that
 rotates from repeat to repeat, so a change of the shared machine's load falls on every arm; the
 figures are the median [min–max] over repeats of each arm's per-session p50 and p99, and of the
-gateway's overhead over the direct call of the same repeat. Each MCP timing is one
+gateway's overhead over the direct call of the same repeat. The ``relay`` arm puts a bare line
+relay (:data:`RELAY`: a Python asyncio process that starts the upstream and copies lines both
+ways, nothing else) where the gateway sits: what any process in the path costs on this machine,
+so the gateway's own share is its overhead beyond the relay's. Each MCP timing is one
 ``call_tool("lookup_invoice")`` round trip from the same real ``mcp.ClientSession``; φ and the
 action map run under their deadline as in production (φ reads the whole history, so its cost grows
 with the session: 100 calls is far above the example's T = 6). Session start-up (processes,
@@ -42,6 +45,29 @@ ROOT = Path(__file__).resolve().parents[1]
 PAYMENTS = ROOT / "examples" / "payments"
 WARMUP = 5
 QUANTITIES = ("p50_us", "p99_us", "cpu_per_call_us")
+RELAY = """
+import asyncio, os, sys
+async def main():
+    loop = asyncio.get_running_loop()
+    up = await asyncio.create_subprocess_exec(
+        sys.executable, "tools_server.py", stdin=-1, stdout=-1, limit=1 << 26
+    )
+    r = asyncio.StreamReader(limit=1 << 26)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(r), os.fdopen(0, "rb", 0))
+    t, p = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(1, "wb", 0))
+    w = asyncio.StreamWriter(t, p, None, loop)
+    async def to_upstream():
+        while line := await r.readline():
+            up.stdin.write(line)
+            await up.stdin.drain()
+        up.stdin.close()
+    async def from_upstream():
+        while line := await up.stdout.readline():
+            w.write(line)
+            await w.drain()
+    await asyncio.gather(to_upstream(), from_upstream())
+asyncio.run(main())
+"""
 
 
 def _stats(ns: list[int]) -> dict[str, float]:
@@ -166,7 +192,7 @@ def main() -> None:
         "--action-map", "actions.toml" if rules else "phi:action",
     ]  # fmt: skip
     per = args.per_session
-    arms = ["direct", *(f"gateway[{b}]" for b in builds), "python"]
+    arms = ["direct", "relay", *(f"gateway[{b}]" for b in builds), "python"]
     rounds: list[dict[str, dict[str, float]]] = []
     loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,12 +212,16 @@ def main() -> None:
                     ns, cpu = anyio.run(
                         _mcp_timings, [sys.executable, "tools_server.py"], work, per
                     )
+                elif arm == "relay":
+                    ns, cpu = anyio.run(_mcp_timings, [sys.executable, "-c", RELAY], work, per)
                 else:
                     src = builds[arm[len("gateway[") : -1]]
                     ns, cpu = anyio.run(_mcp_timings, serve, work, per, src)
                 got[arm] = {**_stats(ns), "cpu_per_call_us": cpu / 1000.0}
+            d = got["direct"]
+            got["overhead[relay]"] = {q: got["relay"][q] - d[q] for q in ("p50_us", "p99_us")}
             for b in builds:
-                g, d = got[f"gateway[{b}]"], got["direct"]
+                g = got[f"gateway[{b}]"]
                 got[f"overhead[{b}]"] = {q: g[q] - d[q] for q in ("p50_us", "p99_us")}
             g, d = got["python_guarded"], got["python_bare"]
             got["overhead[python]"] = {q: g[q] - d[q] for q in ("p50_us", "p99_us")}

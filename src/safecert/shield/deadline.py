@@ -1,9 +1,15 @@
 """Calling user code with a deadline, without holding anything other calls need.
 
-The guard calls user code — the abstraction φ, the action map — on every proposal. That code may
-hang. :func:`call_with_deadline` runs it in a fresh daemon thread and waits at most the deadline,
-so a hung callable costs its own call the deadline (the caller then fails closed) and holds no
-lock, worker or pool slot any other call needs.
+The guard calls user code — the abstraction φ, a Python action map — on every step. That code may
+hang. :func:`call_with_deadline` runs it on a reusable daemon worker thread and waits at most the
+deadline, so a hung callable costs its own call the deadline (the caller then fails closed) and
+holds no lock, worker or pool slot any other call needs.
+
+A hand-off costs two thread wake-ups (the worker's and the caller's), nothing more: workers are
+kept in a pool and reused while they answer in time, and :func:`acall_with_deadline` first waits
+for the answer on the event loop's own thread for at most :data:`LOOP_WAIT_S` — the loop is
+stalled for at most that long, while the GIL is the worker's anyway — and only a slower callable
+is awaited through the loop (a wake-up of the loop's self-pipe and two loop iterations more).
 """
 
 from __future__ import annotations
@@ -11,12 +17,26 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
+
+#: how long :func:`acall_with_deadline` waits for the worker on the loop's thread before it yields
+LOOP_WAIT_S = 0.001
 
 
 class DeadlineExceeded(Exception):
     """A user callable did not return within its deadline (its thread is abandoned)."""
+
+
+class _Job:
+    __slots__ = ("answer", "abandoned", "notify")
+
+    def __init__(self) -> None:
+        self.answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self.abandoned = False
+        # set by a caller that stopped blocking on ``answer``: called with the answer as well
+        self.notify: Callable[[tuple[bool, Any]], None] | None = None
 
 
 class _Worker:
@@ -40,27 +60,37 @@ class _Worker:
             rejoin = not job.abandoned
             if rejoin:
                 _idle.append(self)
-            if job.notify is not None:
+            job.answer.put(answer)
+            # read after the put: a caller that set ``notify`` and then found ``answer`` empty is
+            # notified here (one that found it full just gets a second, ignored, notice)
+            notify = job.notify
+            if notify is not None:
                 try:
-                    job.notify(answer)
+                    notify(answer)
                 except RuntimeError:  # the caller's event loop is gone
                     pass
-            else:
-                job.answer.put(answer)
             if not rejoin:
                 return  # its caller gave up on it: this thread leaves the pool for good
 
 
-class _Job:
-    __slots__ = ("answer", "abandoned", "notify")
-
-    def __init__(self, notify: Callable[[tuple[bool, Any]], None] | None = None) -> None:
-        self.answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self.abandoned = False
-        self.notify = notify  # set: the answer goes there (an event loop), not to ``answer``
-
-
 _idle: list[_Worker] = []  # list.append/pop are atomic under the GIL
+
+
+def _submit(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Job:
+    try:
+        worker = _idle.pop()
+    except IndexError:
+        worker = _Worker()
+    job = _Job()
+    worker.jobs.put((fn, args, job))
+    return job
+
+
+def _result(answer: tuple[bool, Any]) -> Any:
+    ok, value = answer
+    if not ok:
+        raise value
+    return value
 
 
 def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
@@ -70,31 +100,31 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
     while they answer in time; a worker that misses a deadline is abandoned (Python cannot kill a
     thread; it is a daemon and never rejoins the pool), so a hung callable holds no worker, lock or
     slot any other call needs."""
+    job = _submit(fn, args)
     try:
-        worker = _idle.pop()
-    except IndexError:
-        worker = _Worker()
-    job = _Job()
-    worker.jobs.put((fn, args, job))
-    try:
-        ok, value = job.answer.get(timeout=timeout_s)
+        return _result(job.answer.get(timeout=timeout_s))
     except queue.Empty:
         job.abandoned = True
         try:  # answered in the gap after all
-            ok, value = job.answer.get_nowait()
+            return _result(job.answer.get_nowait())
         except queue.Empty:
             raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
-    if not ok:
-        raise value
-    return value
 
 
 async def acall_with_deadline(
     fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float
 ) -> Any:
     """:func:`call_with_deadline` for an asyncio event loop: the same workers and the same
-    guarantee, awaited without blocking the loop or a second thread (the worker hands its answer
-    to the loop). Cancelling the await abandons the worker as a timeout does."""
+    guarantee. The answer is waited for on the loop's thread for at most :data:`LOOP_WAIT_S`
+    (the loop stalls no longer than that), then awaited without blocking the loop (the worker
+    hands its answer to the loop), within ``timeout_s`` in all. Cancelling the await abandons the
+    worker as a timeout does."""
+    start = time.monotonic()
+    job = _submit(fn, args)
+    try:
+        return _result(job.answer.get(timeout=min(LOOP_WAIT_S, timeout_s)))
+    except queue.Empty:
+        pass
     loop = asyncio.get_running_loop()
     future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
 
@@ -102,21 +132,18 @@ async def acall_with_deadline(
         if not future.done():
             future.set_result(answer)
 
+    job.notify = lambda answer: loop.call_soon_threadsafe(answered, answer)
+    try:  # answered before ``notify`` was set: the worker may not have seen it
+        return _result(job.answer.get_nowait())
+    except queue.Empty:
+        pass
     try:
-        worker = _idle.pop()
-    except IndexError:
-        worker = _Worker()
-    job = _Job(lambda answer: loop.call_soon_threadsafe(answered, answer))
-    worker.jobs.put((fn, args, job))
-    try:
-        async with asyncio.timeout(timeout_s):
-            ok, value = await future
+        async with asyncio.timeout(max(0.0, timeout_s - (time.monotonic() - start))):
+            answer = await future
     except TimeoutError:
         job.abandoned = True
         raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
     except BaseException:  # cancelled: nobody will read the answer
         job.abandoned = True
         raise
-    if not ok:
-        raise value
-    return value
+    return _result(answer)

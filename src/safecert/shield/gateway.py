@@ -288,9 +288,8 @@ class Gateway:
             out = await gs.acall(
                 name,
                 arguments,
-                lambda: self.upstream.call_tool(name, arguments),
+                lambda: self.upstream.call_tool(name, arguments, self.upstream_timeout_s),
                 result_value=lambda reply: mcp_result_value(reply.result),
-                timeout_s=self.upstream_timeout_s,
                 available=name in self._names or name == self.shield.halt,
                 answer=None if answer is None else lambda reply: answer(reply.json),
             )

@@ -203,18 +203,21 @@ async def _serve_stdio(gateway: Gateway, busy: list[Callable[[], bool]]) -> None
             async with stdio_server() as (rs, ws):
                 await server.run(rs, ws, server.create_initialization_options())
             return
-        async with anyio.create_task_group() as calls:
+        with anyio.CancelScope() as scope:
+            calls = _Calls(scope.cancel)
 
             def intercept(wire: Any) -> Callable[[Any], bool]:
-                return gateway.stdio_intercept(wire, calls.start_soon)
+                return gateway.stdio_intercept(wire, calls.spawn)
 
-            async with jsonrpc_lines(reader, writer, intercept) as (rs, ws, closed, wire):
-                busy.append(lambda: wire.unanswered > 0)
-                await server.run(rs, ws, server.create_initialization_options())
-                # the client left: a call it was answered already may still be evaluating φ of
-                # its new history (its step is logged then); that is bounded by φ's deadline
-                await gateway.drain(gateway.abstraction.timeout_s)
-            calls.cancel_scope.cancel()
+            try:
+                async with jsonrpc_lines(reader, writer, intercept) as (rs, ws, closed, wire):
+                    busy.append(lambda: wire.unanswered > 0)
+                    await server.run(rs, ws, server.create_initialization_options())
+                    # the client left: a call it was answered already may still be evaluating
+                    # φ of its new history (its step is logged then); bounded by φ's deadline
+                    await gateway.drain(gateway.abstraction.timeout_s)
+            finally:
+                await calls.close()
     finally:
         os.dup2(saved[0], 0)
         os.dup2(saved[1], 1)
@@ -223,6 +226,40 @@ async def _serve_stdio(gateway: Gateway, busy: list[Callable[[], bool]]) -> None
         for f in (rf, wf):
             with contextlib.suppress(OSError):
                 f.close()
+
+
+class _Calls:
+    """The tasks of a stdio connection's raw ``tools/call`` path: plain asyncio tasks (an anyio
+    task group's start costs several times as much CPU, on every call), cancelled together by
+    :meth:`close`; as in a task group, one that fails cancels the connection (``stop``) and its
+    exception is raised by :meth:`close`."""
+
+    def __init__(self, stop: Callable[[], Any]) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.failed: list[BaseException] = []
+        self._stop = stop
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        task = asyncio.get_running_loop().create_task(fn(*args))
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failed.append(task.exception())  # type: ignore[arg-type]
+            self._stop()
+
+    async def close(self) -> None:
+        """Cancel the calls still running, wait for them, raise the first failure."""
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.failed:
+            raise self.failed[0]
 
 
 async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]) -> None:

@@ -139,27 +139,30 @@ class GuardSession:
         session is made before the new state is known (the value is returned as well)."""
         import anyio
 
-        if self._alock is None:
-            self._alock = anyio.Lock()
+        if self._alock is None:  # uncontended, it is taken without a trip round the loop
+            self._alock = anyio.Lock(fast_acquire=True)
         async with self._alock:
             s0, action = await self._aprepare(tool, arguments, available)
             decision = self.decide(tool, arguments, available=available, s0=s0, action=action)
             if not decision.allowed or decision.is_halt:
                 return decision
             try:
-                with anyio.fail_after(timeout_s):
+                if timeout_s is None:
                     result = await execute()
+                else:
+                    with anyio.fail_after(timeout_s):
+                        result = await execute()
             except BaseException as exc:
                 cause = "timed out" if isinstance(exc, TimeoutError) else why(exc)
                 self.end(f"{tool!r} failed ({cause}); the state after it is unknown")
                 raise
-            entry = self._entry(decision, result_value(result))
             if answer is not None:
                 try:
                     await answer(result)
                 except BaseException as exc:  # cancelled: φ cannot be awaited now
                     self.end(f"{tool!r} executed, its answer not passed on ({why(exc)})")
                     raise
+            entry = self._entry(decision, result_value(result))  # (answer left it as it was)
             try:
                 after: int | AbstractionFailed = await self.abstraction.astate(
                     [*self.history, entry]

@@ -4,7 +4,9 @@ gateway: its own stdin/stdout (the client) and the upstream process's pipes.
 Nothing here blocks a thread, so cancelling a reader or writer ends it at once (the SDK's own stdio
 transport parks a worker thread in a blocking read, which cannot be cancelled). An ``intercept``
 sees every line parsed once (by ``orjson``) before the SDK does and may take it over: the gateway's
-raw ``tools/call`` path (:mod:`safecert.shield.gateway`) on both sides.
+raw ``tools/call`` path (:mod:`safecert.shield.gateway`) on both sides. It sees each line as the
+pipe delivers it (:class:`LineReader`, in the transport's callback), so a taken line costs no
+event-loop iteration and no task wake-up before it is acted on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,56 @@ from typing import Any
 import orjson
 
 LINE_LIMIT = 64 * 1024 * 1024  # the longest JSON-RPC line read (bytes)
+
+
+class LineReader(asyncio.StreamReader):
+    """A :class:`asyncio.StreamReader` that offers each complete line to a ``take`` test (set by
+    :meth:`offer`) as soon as it arrives, in the transport's callback; a line ``take`` declines
+    goes on to :meth:`readline` as without it, in order. A line longer than the limit is not
+    offered: everything from it on goes to :meth:`readline`, which raises as a plain reader
+    would."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
+        self._take: Callable[[bytes], bool] | None = None
+        self._partial = b""
+
+    def offer(self, take: Callable[[bytes], bool]) -> None:
+        """Offer every line to ``take`` from now on, those read already and not yet consumed
+        included."""
+        buffered = bytes(self._buffer)
+        self._buffer.clear()
+        self._take = take
+        self._lines(buffered)
+
+    def feed_data(self, data: bytes) -> None:
+        if self._take is None:
+            super().feed_data(data)
+        else:
+            self._lines(data)
+
+    def _lines(self, data: bytes) -> None:
+        take = self._take
+        assert take is not None
+        buf = self._partial + data if self._partial else bytes(data)
+        start = 0
+        while (end := buf.find(b"\n", start)) >= 0:
+            line = buf[start : end + 1]
+            start = end + 1
+            if not take(line):
+                super().feed_data(line)
+        rest = buf[start:]
+        if len(rest) > LINE_LIMIT:  # too long a line: readline() reports it
+            self._take, self._partial = None, b""
+            super().feed_data(rest)
+            return
+        self._partial = rest
+
+    def feed_eof(self) -> None:
+        rest, self._partial = self._partial, b""
+        if rest and (self._take is None or not self._take(rest)):
+            super().feed_data(rest)  # a last line without its newline
+        super().feed_eof()
 
 
 class Wire:
@@ -42,7 +94,7 @@ class Wire:
 
 @contextlib.asynccontextmanager
 async def jsonrpc_lines(
-    reader: asyncio.StreamReader,
+    reader: LineReader,
     writer: asyncio.StreamWriter,
     intercept: Callable[[Wire], Callable[[Any], bool]] | None = None,
 ) -> AsyncIterator[tuple[Any, Any, Any, Wire]]:
@@ -53,9 +105,9 @@ async def jsonrpc_lines(
     once.
 
     ``intercept(wire)``, called once, gives a test that is called on the loop with each line
-    parsed as JSON (``None`` when ``orjson`` cannot parse it) before the SDK sees it; when it
-    returns true the line is taken (the SDK never sees it), else it goes to the SDK exactly as
-    without an ``intercept``."""
+    parsed as JSON (``None`` when ``orjson`` cannot parse it) as it arrives, before the SDK sees
+    it; when it returns true the line is taken (the SDK never sees it), else it goes to the SDK
+    exactly as without an ``intercept``."""
     import anyio
     import mcp_types as types
     from mcp.shared._context_streams import create_context_streams
@@ -65,18 +117,21 @@ async def jsonrpc_lines(
     out_send, out_recv = create_context_streams[SessionMessage](0)
     closed = anyio.Event()
     wire = Wire(writer, closed)
-    take = intercept(wire) if intercept is not None else None
+    if intercept is not None:
+        take = intercept(wire)
+
+        def offered(line: bytes) -> bool:
+            try:
+                parsed = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                parsed = None
+            return take(parsed)
+
+        reader.offer(offered)
 
     async def read() -> None:
         try:
             while line := await reader.readline():
-                if take is not None:
-                    try:
-                        parsed = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        parsed = None
-                    if take(parsed):
-                        continue
                 try:
                     msg: Any = SessionMessage(
                         types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -123,9 +178,9 @@ async def jsonrpc_lines(
             writer.close()
 
 
-async def pipes(read_file: Any, write_file: Any) -> tuple[asyncio.StreamReader, Any]:
+async def pipes(read_file: Any, write_file: Any) -> tuple[LineReader, Any]:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    reader = LineReader(limit=LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), read_file)
     transport, protocol = await loop.connect_write_pipe(
         asyncio.streams.FlowControlMixin, write_file

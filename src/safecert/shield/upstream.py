@@ -167,11 +167,12 @@ class Upstream:
                 await anyio.sleep(0.01)  # only while it is down: a rare, short wait
         return self.status == "up"
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply:
-        """The upstream's ``tools/call`` result, as it came and validated. Raises
+    async def call_tool(self, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolReply:
+        """The upstream's ``tools/call`` result, as it came and validated, within ``timeout_s``
+        (writing the request included). Raises :class:`TimeoutError` past it,
         :class:`UpstreamDied` if the upstream is down or dies before answering,
         :class:`UpstreamError` for a JSON-RPC error or a malformed result. Cancelling the await
-        forgets the call (a late answer is dropped)."""
+        (or the deadline) forgets the call (a late answer is dropped)."""
         import mcp_types as types
 
         wire, closed = self._wire, self._closed
@@ -181,11 +182,13 @@ class Upstream:
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = answer
         try:
-            request = {"name": name, "arguments": arguments}
-            await wire.send(
-                {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": request}
-            )
-            reply = await answer
+            # asyncio's own timeout: a third of the cost of anyio's cancel scope, on every call
+            async with asyncio.timeout(timeout_s):
+                request = {"name": name, "arguments": arguments}
+                await wire.send(
+                    {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": request}
+                )
+                reply = await answer
         finally:
             self._pending.pop(rid, None)
         error, result = reply.get("error"), reply.get("result")

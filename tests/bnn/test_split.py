@@ -5,6 +5,10 @@ same with 1 and 2 solver processes."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -122,3 +126,50 @@ def test_lane_and_cartpole_split_their_closure_question() -> None:
     assert benchmark_config("lane").verifier.closure_splits >= 1
     assert benchmark_config("cartpole").verifier.closure_splits >= 1
     assert benchmark_config("lds").verifier.closure_splits == 0  # the 2-D systems as before
+
+
+CHILD = """
+import os, sys, time
+from safecert.bnn.pool import SolvePool
+from safecert.bnn.solvers import Milp
+
+def main():
+    pool = SolvePool(2)
+    m = Milp()
+    m.add_vars([0.0], [1.0], integer=True)
+    m.set_objective([0], [1.0])
+    pool.submit(m, "highs").result(60)
+    pids = sorted(p.pid for p in pool._pool._processes.values())
+    print(" ".join(map(str, pids)), flush=True)
+    time.sleep(600)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_workers_end_with_a_run_killed_by_sigkill(tmp_path: Path) -> None:
+    """``kill -9`` of the process that owns the pool: its solver processes end too (they watch
+    the owner's pid; the forkserver is their parent, not the run)."""
+    script = tmp_path / "owner.py"
+    script.write_text(CHILD)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) >= 1 and all(_alive(p) for p in pids)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 20.0
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -4,11 +4,12 @@ deadline, on the same reusable workers as the threaded form."""
 from __future__ import annotations
 
 import threading
+import time
 
 import anyio
 import pytest
 
-from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline
+from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline, wait_on_loop
 
 
 def test_value_exception_and_deadline_and_the_loop_goes_on():
@@ -58,3 +59,44 @@ def test_cancelling_the_await_abandons_the_worker_and_the_next_call_works():
         anyio.run(main)
     finally:
         release.set()
+
+
+def test_a_task_that_waits_on_the_loop_first_gets_the_same_answers_and_deadline():
+    """``wait_on_loop`` (the stdio gateway's calls): a quick answer is taken on the loop's thread,
+    a slower one is still awaited through the loop, a hung one still misses its deadline while the
+    loop goes on."""
+    release = threading.Event()
+    ticks: list[int] = []
+
+    def slow() -> str:
+        time.sleep(0.1)  # past the wait on the loop's thread, well within the deadline
+        return "slow"
+
+    async def main() -> None:
+        wait_on_loop(0.02)
+        assert await acall_with_deadline(lambda x: x + 1, (41,), 5.0) == 42
+        with pytest.raises(KeyError, match="phi broke"):
+            await acall_with_deadline(_boom, (), 5.0)
+        assert await acall_with_deadline(slow, (), 5.0) == "slow"
+
+        async def ticker() -> None:
+            for i in range(5):
+                ticks.append(i)
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            with pytest.raises(DeadlineExceeded):
+                await acall_with_deadline(release.wait, (30,), 0.5)
+            seen = list(ticks)
+        assert seen == [0, 1, 2, 3, 4]
+        assert await acall_with_deadline(lambda: "after", (), 5.0) == "after"
+
+    try:
+        anyio.run(main)
+    finally:
+        release.set()
+
+
+def _boom() -> None:
+    raise KeyError("phi broke")

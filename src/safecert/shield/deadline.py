@@ -5,11 +5,13 @@ hang. :func:`call_with_deadline` runs it on a reusable daemon worker thread and 
 deadline, so a hung callable costs its own call the deadline (the caller then fails closed) and
 holds no lock, worker or pool slot any other call needs.
 
-A hand-off costs two thread wake-ups (the worker's and the caller's), nothing more: workers are
-kept in a pool and reused while they answer in time, and :func:`acall_with_deadline` first waits
-for the answer on the event loop's own thread for at most :data:`LOOP_WAIT_S` — the loop is
-stalled for at most that long, while the GIL is the worker's anyway — and only a slower callable
-is awaited through the loop (a wake-up of the loop's self-pipe and two loop iterations more).
+A hand-off costs two thread wake-ups (the worker's and the caller's): workers are kept in a pool
+and reused while they answer in time. Awaited on an event loop (:func:`acall_with_deadline`) the
+answer comes back through the loop (a wake-up of its self-pipe and two loop iterations more),
+unless the awaiting task asked, with :func:`wait_on_loop`, to wait for it on the loop's own thread
+first for a short while: the loop stalls no longer than that (the GIL is the worker's anyway), which
+pays where the loop has nothing else to do meanwhile — a stdio gateway's one connection — and not
+where other sessions' requests wait on the same loop.
 """
 
 from __future__ import annotations
@@ -19,10 +21,18 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
-#: how long :func:`acall_with_deadline` waits for the worker on the loop's thread before it yields
+#: the wait on the loop's thread a one-caller loop asks for (:func:`wait_on_loop`)
 LOOP_WAIT_S = 0.001
+_LOOP_WAIT: ContextVar[float] = ContextVar("safecert_deadline_loop_wait", default=0.0)
+
+
+def wait_on_loop(seconds: float) -> None:
+    """Let :func:`acall_with_deadline`, awaited in the current context (this task and the tasks it
+    starts), wait up to ``seconds`` for the answer on the loop's own thread before it yields."""
+    _LOOP_WAIT.set(seconds)
 
 
 class DeadlineExceeded(Exception):
@@ -115,16 +125,18 @@ async def acall_with_deadline(
     fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float
 ) -> Any:
     """:func:`call_with_deadline` for an asyncio event loop: the same workers and the same
-    guarantee. The answer is waited for on the loop's thread for at most :data:`LOOP_WAIT_S`
-    (the loop stalls no longer than that), then awaited without blocking the loop (the worker
-    hands its answer to the loop), within ``timeout_s`` in all. Cancelling the await abandons the
+    guarantee. The answer is awaited without blocking the loop (the worker hands it to the loop),
+    after a wait on the loop's thread where the task asked for one (:func:`wait_on_loop`; the loop
+    stalls no longer than that), within ``timeout_s`` in all. Cancelling the await abandons the
     worker as a timeout does."""
     start = time.monotonic()
     job = _submit(fn, args)
-    try:
-        return _result(job.answer.get(timeout=min(LOOP_WAIT_S, timeout_s)))
-    except queue.Empty:
-        pass
+    blocking = min(_LOOP_WAIT.get(), timeout_s)
+    if blocking > 0:
+        try:
+            return _result(job.answer.get(timeout=blocking))
+        except queue.Empty:
+            pass
     loop = asyncio.get_running_loop()
     future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
 

@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from safecert.shield.certified import CertifiedShield
+from safecert.shield.deadline import LOOP_WAIT_S, wait_on_loop
 from safecert.shield.session import (
     BLOCKED_PREFIX,
     Abstraction,
@@ -194,7 +195,10 @@ class Gateway:
         return take
 
     async def _raw_call(self, wire: Wire, message: dict[str, Any]) -> None:
-        """Answer one ``tools/call`` request of a stdio connection (:meth:`stdio_intercept`)."""
+        """Answer one ``tools/call`` request of a stdio connection (:meth:`stdio_intercept`). Its
+        φ and action map are waited for on the loop's thread first (:func:`wait_on_loop`): the
+        connection's calls are one at a time, so the loop has nothing else to do meanwhile."""
+        wait_on_loop(LOOP_WAIT_S)
         rid = message["id"]
         if type(rid) not in (int, str) or message.get("jsonrpc") != "2.0":
             error = {"code": -32600, "message": "Invalid Request", "data": "id or jsonrpc"}

@@ -85,7 +85,7 @@ def test_pool_and_in_process_give_the_same_answers() -> None:
     q = Verifier(bench, box).closure_query(g, -1e-5)
     here = solve(q.milp, "highs", node_limit=1000)
     with SolvePool(2) as pool:
-        there = [pool.submit(q.milp, "highs", node_limit=1000).result(60) for _ in range(2)]
+        there = [pool.submit(q.milp, "highs", node_limit=1000).result(60)[0] for _ in range(2)]
     for r in there:
         assert r.status == here.status == "feasible"
         np.testing.assert_array_equal(r.values, here.values)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from collections.abc import Callable
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -51,11 +52,23 @@ def _init_worker(owner: int) -> None:
     procs.exit_with(owner, lambda: None)
 
 
-def _solve(milp: Milp, solver: str, kwargs: dict[str, Any]) -> SolveResult:
-    return solve(milp, solver, **kwargs)
+def _solve(milp: Milp, solver: str, kwargs: dict[str, Any]) -> tuple[SolveResult, float]:
+    """In a worker: the answer and the CPU seconds the worker spent on it."""
+    t = time.process_time()
+    result = solve(milp, solver, **kwargs)
+    return result, time.process_time() - t
 
 
-SolveFn = Callable[[Milp, str, dict[str, Any]], SolveResult]
+_CPU_LOCK = threading.Lock()
+_WORKER_CPU_S = [0.0]
+
+
+def worker_cpu_s() -> float:
+    """CPU seconds the solver processes of this process's pools have spent on the solves they
+    answered (added to this process's own CPU clock by :func:`safecert.bnn.cegis.cpu_clock`, so
+    that a run's ``runtimes_s`` count the work done for it in its workers)."""
+    with _CPU_LOCK:
+        return _WORKER_CPU_S[0]
 
 
 class SolvePool:
@@ -78,8 +91,9 @@ class SolvePool:
     def parallel(self) -> bool:
         return self.workers > 1
 
-    def submit(self, milp: Milp, solver: str, **kwargs: Any) -> Future[SolveResult]:
-        """Start one solve in a worker (the pool opens on the first call)."""
+    def submit(self, milp: Milp, solver: str, **kwargs: Any) -> Future[tuple[SolveResult, float]]:
+        """Start one solve in a worker (the pool opens on the first call); the future holds the
+        answer and the worker's CPU seconds for it."""
         if self._pool is None:
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(["safecert.bnn.solvers", "highspy"])
@@ -95,13 +109,16 @@ class SolvePool:
         limit = kwargs.get("time_limit_s")
         future = self.submit(milp, solver, **kwargs)
         try:
-            return future.result(timeout=None if limit is None else float(limit) + GRACE_S)
+            result, cpu = future.result(timeout=None if limit is None else float(limit) + GRACE_S)
         except FutureTimeout:
             self.close(abort=True)
             return SolveResult("timeout", solver, float(limit or 0.0), message="no answer")
         except BrokenProcessPool as exc:
             self.close(abort=True)
             return SolveResult("error", solver, 0.0, message=f"solver process died: {exc}")
+        with _CPU_LOCK:
+            _WORKER_CPU_S[0] += cpu
+        return result
 
     def close(self, *, abort: bool = False) -> None:
         """Shut the pool down (idempotent). ``abort``: do not wait for solves in progress — every

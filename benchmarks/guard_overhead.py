@@ -9,7 +9,9 @@ One **repeat** is one session of ``--per-session`` timed calls to each arm — t
 the gateway (one per ``--build``), the bare and the ``guarded`` Python call — in an order that
 rotates from repeat to repeat, so a change of the shared machine's load falls on every arm; the
 figures are the median [min–max] over repeats of each arm's per-session p50 and p99, and of the
-gateway's overhead over the direct call of the same repeat. The ``relay`` arm puts a bare line
+gateway's overhead over the direct call of the same repeat; ``pooled`` lines give each arm's p50
+and p99 over all its timed calls together (a p99 of ``repeats × per-session`` calls, steadier than
+one session's second-largest value) and their difference from the baseline's. The ``relay`` arm puts a bare line
 relay (:data:`RELAY`: a Python asyncio process that starts the upstream and copies lines both
 ways, nothing else) where the gateway sits: what any process in the path costs on this machine,
 so the gateway's own share is its overhead beyond the relay's. Each MCP timing is one
@@ -194,6 +196,7 @@ def main() -> None:
     per = args.per_session
     arms = ["direct", "relay", *(f"gateway[{b}]" for b in builds), "python"]
     rounds: list[dict[str, dict[str, float]]] = []
+    pooled: dict[str, list[int]] = {}  # every timed call of an arm, all repeats together
     loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -207,6 +210,8 @@ def main() -> None:
                 if arm == "python":
                     bare, guard = _inprocess_timings(work, per, rules)
                     got["python_bare"], got["python_guarded"] = _stats(bare), _stats(guard)
+                    pooled.setdefault("python_bare", []).extend(bare)
+                    pooled.setdefault("python_guarded", []).extend(guard)
                     continue
                 if arm == "direct":
                     ns, cpu = anyio.run(
@@ -218,6 +223,7 @@ def main() -> None:
                     src = builds[arm[len("gateway[") : -1]]
                     ns, cpu = anyio.run(_mcp_timings, serve, work, per, src)
                 got[arm] = {**_stats(ns), "cpu_per_call_us": cpu / 1000.0}
+                pooled.setdefault(arm, []).extend(ns)
             d = got["direct"]
             got["overhead[relay]"] = {q: got["relay"][q] - d[q] for q in ("p50_us", "p99_us")}
             for b in builds:
@@ -236,6 +242,7 @@ def main() -> None:
             key: {q: _summary([r[key][q] for r in rounds]) for q in QUANTITIES if q in value}
             for key, value in rounds[0].items()
         },
+        "pooled_us": {arm: _stats(ns) for arm, ns in pooled.items()},
         "rounds": rounds,
     }
     out = ROOT / "benchmarks" / "out"
@@ -252,6 +259,12 @@ def main() -> None:
             for q in v
         )
         print(f"{key:18s} {cells}")
+    pool = res["pooled_us"]
+    for arm in pool:
+        base = pool["python_bare" if arm.startswith("python") else "direct"]
+        print(f"pooled {arm:18s} p50 {pool[arm]['p50_us']:9.1f} (+{pool[arm]['p50_us'] - base['p50_us']:.1f})  "
+              f"p99 {pool[arm]['p99_us']:9.1f} (+{pool[arm]['p99_us'] - base['p99_us']:.1f})  "
+              f"n {pool[arm]['n']}")  # fmt: skip
     load = res["load_average_1min"]
     print(f"load average {load['min']:.1f}–{load['max']:.1f} (median {load['median']:.1f}) "
           f"on {os.cpu_count()} CPUs")  # fmt: skip

@@ -110,6 +110,7 @@ def test_safecert_verify_rechecks_and_catches_tampering(lds_run, cli, tmp_path, 
         (["--benchmark", "lds", "--epsilon", "1sigma", "--search"], "epsilon"),
         ([], "config"),
         (["--benchmark", "lds", "--time-limit", "-1"], "--time-limit"),
+        (["--benchmark", "lane", "--workers", "0"], "--workers"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, field):

@@ -124,16 +124,15 @@ class GuardSession:
         execute: Callable[[], Awaitable[Any]],
         *,
         result_value: Callable[[Any], Any] = decode_result,
-        timeout_s: float | None = None,
         available: bool = True,
         answer: Callable[[Any], Awaitable[None]] | None = None,
     ) -> Any:
         """:meth:`call` for async tools (the MCP gateway, the OpenAI Agents SDK adapter): the
         session's async lock is held from the decision until the call is recorded; ``φ`` and the
         action map run in worker threads, so the event loop and every other session go on.
-        ``result_value`` turns the tool's return value into what φ sees. If ``execute`` raises or
-        passes ``timeout_s``, whether it executed is unknown: the session ends and the exception
-        is re-raised (``TimeoutError`` on the deadline). ``answer``, when given, is awaited with
+        ``result_value`` turns the tool's return value into what φ sees. If ``execute`` raises
+        (``TimeoutError``: its own deadline passed), whether it executed is unknown: the session
+        ends and the exception is re-raised. ``answer``, when given, is awaited with
         the tool's value as soon as it returned, before φ of the new history is evaluated: the
         caller can pass the result on while the lock is still held, so no decision of this
         session is made before the new state is known (the value is returned as well)."""
@@ -147,11 +146,7 @@ class GuardSession:
             if not decision.allowed or decision.is_halt:
                 return decision
             try:
-                if timeout_s is None:
-                    result = await execute()
-                else:
-                    with anyio.fail_after(timeout_s):
-                        result = await execute()
+                result = await execute()
             except BaseException as exc:
                 cause = "timed out" if isinstance(exc, TimeoutError) else why(exc)
                 self.end(f"{tool!r} failed ({cause}); the state after it is unknown")

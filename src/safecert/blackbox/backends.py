@@ -52,8 +52,8 @@ class RunContext:
 #: worker (a step's 16 calls share one pipe round trip: ≈ 30 µs on an idle core, 200 µs under
 #: load, against a cheap simulator step of ≈ 20 µs) and for a ``python:`` policy in process (the
 #: step's bookkeeping — observations to float64, the action checks — is done once for 16 rows
-#: instead of once per row: CartPole's loop 1.2–1.5× the hand loop instead of 1.6–1.7×, same
-#: runs; benchmarks/RESULTS_speed.md, round 4)
+#: instead of once per row: CartPole's loop 1.30–1.36× the hand loop's CPU instead of
+#: 1.38–1.64× at K = 1, same runs at load 7; benchmarks/RESULTS_speed.md, round 4)
 LOCKSTEP_DEFAULT = 16
 
 

@@ -11,7 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from safecert.blackbox.backends import LocalBackend, RunContext, episodes_per_worker, lockstep
+from safecert.blackbox.backends import (
+    LocalBackend,
+    RunContext,
+    Worker,
+    episodes_per_worker,
+    lockstep,
+)
 from safecert.blackbox.config import certified_parameters
 from safecert.blackbox.oracles import OracleFailure, make_oracle, parse_oracle_spec
 from safecert.blackbox.plan import plan_run
@@ -85,6 +91,13 @@ def test_lockstep_gives_the_records_of_one_episode_at_a_time(tmp_path, monkeypat
     in_process = replace(ctx16, oracle=replace(ctx16.oracle, trust="in-process"))
     assert lockstep(in_process) == 16  # a python: policy in process: the step's checks shared
     assert lockstep(replace(in_process, oracle=replace(in_process.oracle, kind="onnx"))) == 1
+    # pinned to one CPU only with a policy or environment worker to meet there
+    for ctx, pinned in ((ctx16, True), (in_process, False)):
+        worker = Worker(ctx)
+        try:
+            assert worker.colocate is pinned
+        finally:
+            worker.close()
     assert one == five == default
     reasons = {r.failure_reason.split(":")[0] for r in one if r.failure_reason}
     assert reasons == {"the policy failed the call", "action_out_of_space"}, reasons

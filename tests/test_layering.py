@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "safecert"
 LAYERS: list[tuple[str, ...]] = [
     (
         "safecert.errors",
+        "safecert.canonical",
         "safecert.document",
         "safecert.verification",
         "safecert.config",

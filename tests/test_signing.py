@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from safecert.canonical import canonical_json
 from safecert.cli import keys as keys_cli
-from safecert.document import canonical_json
 from safecert.errors import ConfigError, DataError
 from safecert.signing import (
     PRIVATE_KEY_NAME,

@@ -44,16 +44,15 @@ from pydantic import Field, TypeAdapter, ValidationError
 from safecert import __version__
 from safecert.blackbox.result import BlackboxResult, SequentialResult
 from safecert.bnn.result import BnnResult
+from safecert.canonical import canonical_json, to_jsonable
 from safecert.document import (
     MAX_BYTES,
     FileDigest,
     Inputs,
     StrictModel,
-    canonical_json,
     durable_write,
     sha256_bytes,
     sha256_file,
-    to_jsonable,
 )
 from safecert.errors import DataError
 from safecert.shield.result import ShieldResult

@@ -1,4 +1,5 @@
-"""The building blocks of every certificate: strict models, digests, canonical JSON, durable writes.
+"""The building blocks of every certificate: strict models, digests and durable writes (its
+canonical JSON is :mod:`safecert.canonical`).
 
 Certificates are documents someone signs, so every model here is *strict*: unknown keys are
 rejected, nothing is coerced (``"0.05"`` is not a number, ``true`` is not ``1``), and no field has a
@@ -13,16 +14,12 @@ canonical rows (``"rows"``: SQLite files change bytes without changing content).
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
-
-from safecert.errors import DataError
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
@@ -84,40 +81,6 @@ def file_digest(role: str, path: Path, root: Path) -> FileDigest:
     except ValueError:
         shown = str(path)
     return FileDigest(role=role, path=shown, sha256=sha256_file(path), digest_of="bytes")
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert NumPy scalars/arrays, tuples, paths and models to plain JSON types; reject NaN/inf."""
-    import numpy as np
-
-    if isinstance(obj, BaseModel):
-        return to_jsonable(obj.model_dump(mode="python"))
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, bool | np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating | float):
-        value = float(obj)
-        if not math.isfinite(value):
-            raise DataError(f"non-finite number {value}", field="certificate")
-        return value
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-def canonical_json(data: Any) -> str:
-    """Sorted keys, two-space indent, no NaN: equal content, equal bytes."""
-    return (
-        json.dumps(to_jsonable(data), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
-        + "\n"
-    )
 
 
 def durable_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> Path:

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from safecert.document import MAX_BYTES, canonical_json, durable_write, fsync_dir, sha256_bytes
+from safecert.canonical import canonical_json
+from safecert.document import MAX_BYTES, durable_write, fsync_dir, sha256_bytes
 from safecert.errors import ConfigError, DataError
 from safecert.verification import Check
 

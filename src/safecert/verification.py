@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from safecert.document import to_jsonable
+from safecert.canonical import to_jsonable
 
 __all__ = ["Check", "VerificationReport", "short_repr"]
 

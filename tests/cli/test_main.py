@@ -55,6 +55,14 @@ def test_bound_imports_only_its_own_command_module():
     assert not loaded & {"numpy", "safecert.cli.blackbox", "safecert.cli.shield"}
 
 
+def test_bound_json_needs_neither_pydantic_nor_numpy_nor_rich():
+    """``--json`` prints through the one canonical writer (:mod:`safecert.canonical`), which
+    looks models and arrays up instead of importing their libraries."""
+    code, out, loaded = _loaded("bound", "--failures", "3", "--episodes", "100", "--json")
+    assert code == 0 and '"upper_bound": 0.' in out
+    assert loaded == {"safecert.cli.stats"}
+
+
 def test_a_certify_without_rate_plots_or_odd_maps_never_imports_matplotlib(tmp_path):
     """The report's distributions picture is drawn with Pillow: matplotlib's import (about half
     a second) is paid only by runs with a perturbation axis or a counterexample to plot."""

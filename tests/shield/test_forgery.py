@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from safecert.canonical import canonical_json
 from safecert.certificate import sha256_file
 from safecert.cli.main import main
-from safecert.document import canonical_json
 from safecert.shield.guard import Guard
 from safecert.shield.model import load_model
 from safecert.shield.report import allowed_from_json

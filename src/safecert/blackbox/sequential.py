@@ -65,6 +65,7 @@ from safecert.blackbox.result import (
 )
 from safecert.blackbox.store import EpisodeStore
 from safecert.blackbox.streaming import CellStreams, Rule
+from safecert.canonical import to_jsonable
 from safecert.certificate import (
     Certificate,
     SequentialCertificate,
@@ -72,7 +73,6 @@ from safecert.certificate import (
     write_certificate,
 )
 from safecert.config import parse_model
-from safecert.document import to_jsonable
 from safecert.errors import ConfigError
 from safecert.stats.sequential import FAIL, PASS
 from safecert.stats.sequential import SequentialDecision as StopDecision

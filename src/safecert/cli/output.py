@@ -81,7 +81,7 @@ def as_flags(*parameters: str) -> Iterator[None]:
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as canonical JSON on stdout (nothing else goes to stdout with --json)."""
-    from safecert.document import canonical_json, to_jsonable  # lazy: pydantic is not needed
+    from safecert.canonical import canonical_json, to_jsonable
 
     sys.stdout.write(canonical_json(to_jsonable(data)))
     sys.stdout.flush()

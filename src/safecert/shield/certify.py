@@ -25,13 +25,14 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from safecert.canonical import canonical_json
 from safecert.certificate import (
     ShieldCertificate,
     make_certificate,
     read_certificate,
     write_certificate,
 )
-from safecert.document import FileDigest, Inputs, canonical_json, durable_write, file_digest
+from safecert.document import FileDigest, Inputs, durable_write, file_digest
 from safecert.errors import ConfigError, DataError
 from safecert.shield.estimate import RowEstimates, estimate
 from safecert.shield.logs import iter_steps

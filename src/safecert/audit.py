@@ -15,7 +15,8 @@ from pathlib import Path
 
 from safecert.certificate import Certificate
 from safecert.document import FileDigest, sha256_file
-from safecert.errors import DataError, SafecertError
+from safecert.errors import SafecertError
+from safecert.extras import missing_extra
 from safecert.verification import VerificationReport
 
 __all__ = [
@@ -120,7 +121,9 @@ def _check_listing(
 def verify_certificate(cert: Certificate, evidence: Evidence) -> VerificationReport:
     """Check every input and evidence digest first; when one fails, stop there — nothing from
     the inputs is imported, started or read as code. Otherwise dispatch to the engine's checker
-    for ``cert.kind``."""
+    for ``cert.kind``. Raises :class:`~safecert.extras.MissingExtraError` naming the extra when
+    the checker needs an optional package that is not installed (a module missing for any other
+    reason is a broken install and propagates)."""
     digests = VerificationReport(cert.kind)
     check_file_digests(cert, evidence, digests)
     if not digests.ok:
@@ -129,10 +132,9 @@ def verify_certificate(cert: Certificate, evidence: Evidence) -> VerificationRep
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise DataError(
-            f"no checker for kind {cert.kind!r} is installed ({exc.name} missing)",
-            field="certificate.kind",
-            fix="install safecert[all]",
-        ) from None
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        raise missing from None
     report: VerificationReport = module.check(cert, evidence)
     return report

@@ -32,7 +32,7 @@ class LineReader(asyncio.StreamReader):
     def __init__(self, limit: int) -> None:
         super().__init__(limit=limit)
         self._take: Callable[[bytes], bool] | None = None
-        self._partial = b""
+        self._partial = bytearray()
 
     def offer(self, take: Callable[[bytes], bool]) -> None:
         """Offer every line to ``take`` from now on, those read already and not yet consumed
@@ -49,24 +49,33 @@ class LineReader(asyncio.StreamReader):
             self._lines(data)
 
     def _lines(self, data: bytes) -> None:
+        """Offer each line ``data`` completes; keep the rest. Linear in what arrives: only new
+        bytes are searched for a newline, and a long line grows in place (a 48 MB line in 64 kB
+        chunks took 16 s when each chunk was joined to the whole partial line and searched)."""
         take = self._take
         assert take is not None
-        buf = self._partial + data if self._partial else bytes(data)
+        partial = self._partial
         start = 0
-        while (end := buf.find(b"\n", start)) >= 0:
-            line = buf[start : end + 1]
+        while (end := data.find(b"\n", start)) >= 0:
+            if partial:
+                partial += data[start : end + 1]
+                line = bytes(partial)
+                partial.clear()
+            else:
+                line = data[start : end + 1]
             start = end + 1
             if not take(line):
                 super().feed_data(line)
-        rest = buf[start:]
-        if len(rest) > LINE_LIMIT:  # too long a line: readline() reports it
-            self._take, self._partial = None, b""
-            super().feed_data(rest)
-            return
-        self._partial = rest
+        if start < len(data):
+            partial += data[start:]
+            if len(partial) > LINE_LIMIT:  # too long a line: readline() reports it
+                self._take = None
+                super().feed_data(bytes(partial))
+                partial.clear()
 
     def feed_eof(self) -> None:
-        rest, self._partial = self._partial, b""
+        rest = bytes(self._partial)
+        self._partial.clear()
         if rest and (self._take is None or not self._take(rest)):
             super().feed_data(rest)  # a last line without its newline
         super().feed_eof()

@@ -1,0 +1,86 @@
+"""The gateway's line reader (:class:`safecert.shield.stdio_framing.LineReader`): however the pipe
+cuts the bytes, every line reaches ``take`` or ``readline`` whole and in order, and a line over
+the limit is not offered but reported by ``readline`` as a plain reader would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from safecert.shield import stdio_framing
+from safecert.shield.stdio_framing import LineReader
+
+LINES = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"") + b"\n"), max_size=12)
+
+
+def _feed(reader: LineReader, data: bytes, cuts: list[int]) -> None:
+    last = 0
+    for cut in sorted({min(c, len(data)) for c in cuts}) + [len(data)]:
+        if cut > last:
+            reader.feed_data(data[last:cut])
+            last = cut
+
+
+async def _readlines(reader: LineReader) -> list[bytes]:
+    out = []
+    while line := await reader.readline():
+        out.append(line)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=LINES,
+    after=LINES,
+    tail=st.binary(max_size=10).map(lambda b: b.replace(b"\n", b"")),
+    cuts=st.lists(st.integers(0, 800), max_size=20),
+    takes=st.lists(st.booleans(), min_size=30, max_size=30),
+)
+def test_every_line_arrives_whole_and_in_order_however_the_pipe_cuts_it(
+    before, after, tail, cuts, takes
+):
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        reader = LineReader(limit=1 << 20)
+        reader.feed_data(b"".join(before))  # read before the intercept is installed
+        taken: list[bytes] = []
+        answers = iter(takes)
+
+        def take(line: bytes) -> bool:
+            if next(answers):
+                taken.append(line)
+                return True
+            return False
+
+        reader.offer(take)
+        _feed(reader, b"".join(after) + tail, cuts)
+        reader.feed_eof()
+        return taken, await _readlines(reader)
+
+    taken, declined = asyncio.run(run())
+    lines = before + after + ([tail] if tail else [])
+    assert sorted(taken + declined) == sorted(lines)
+    decisions = takes[: len(lines)]
+    assert taken == [x for x, t in zip(lines, decisions, strict=True) if t]
+    assert declined == [x for x, t in zip(lines, decisions, strict=True) if not t]
+
+
+def test_a_line_over_the_limit_is_not_offered_and_readline_reports_it(monkeypatch):
+    monkeypatch.setattr(stdio_framing, "LINE_LIMIT", 100)
+
+    async def run() -> None:
+        reader = LineReader(limit=100)
+        taken: list[bytes] = []
+        reader.offer(lambda line: taken.append(line) or True)
+        reader.feed_data(b'{"a": 1}\n' + b"x" * 60)
+        for _ in range(3):
+            reader.feed_data(b"y" * 30)  # one line, 150 bytes and growing, in pieces
+        reader.feed_data(b"\n")
+        reader.feed_eof()
+        assert taken == [b'{"a": 1}\n']
+        with pytest.raises(ValueError, match="limit"):
+            await reader.readline()
+
+    asyncio.run(run())

@@ -4,10 +4,12 @@ Runs the command once per (variant, repeat), the variants alternating, each in a
 
     safecert bnn verify --benchmark NAME --epsilon EPS --workers W --out OUT/W-r --json
 
-and records per run its wall seconds, the CPU seconds of the command and of every process it
-started (``resource.getrusage(RUSAGE_CHILDREN)`` around the child: the solver workers are reaped
-before the command exits, so their CPU is counted), the 1-minute load average before and after,
-and the verdict, ε, learner rounds and verifier calls from the certificate. It then checks that
+and records per run its wall seconds, the attempt's CPU seconds as the engine counts them
+(``result.runtimes_s.total_s``: the run's process plus the CPU its solver workers report for
+their solves), the command's own CPU seconds (``resource.getrusage(RUSAGE_CHILDREN)`` around it:
+the command and what it reaped — not the solver workers, which are children of multiprocessing's
+forkserver), the 1-minute load average before and after, and the verdict, learner rounds and
+verifier calls from the certificate. It then checks that
 every run wrote the same outcome (the certificate's parameters and result without its timings)
 and prints the wall ratio of each variant against the first.
 
@@ -63,7 +65,8 @@ def run_once(args: argparse.Namespace, workers: int, out: Path) -> dict[str, Any
         "verifier_calls": r["verifier_calls"],
         "machine_dependent": r["machine_dependent"],
         "wall_s": wall,
-        "cpu_s_all_processes": cpu,
+        "cpu_s_command": cpu,
+        "cpu_s_engine": r["runtimes_s"]["total_s"] if r["runtimes_s"] else None,
         "runtimes_s": r["runtimes_s"],
         "load_1min_before": load0,
         "load_1min_after": os.getloadavg()[0],
@@ -91,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{args.benchmark} {args.epsilon} workers {w}: {row['verdict']} after "
                 f"{row['iterations']} rounds / {row['verifier_calls']} calls, "
-                f"{row['wall_s']:.1f} wall-s, {row['cpu_s_all_processes']:.1f} CPU-s (all "
-                f"processes), load {row['load_1min_before']:.2f} → {row['load_1min_after']:.2f}",
+                f"{row['wall_s']:.1f} wall-s, attempt {row['cpu_s_engine']} CPU-s (engine, with "
+                f"workers), command {row['cpu_s_command']:.1f} CPU-s, load "
+                f"{row['load_1min_before']:.2f} → {row['load_1min_after']:.2f}",
                 flush=True,
             )
     same = all(r["outcome"] == rows[0]["outcome"] for r in rows)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from safecert.bnn.solvers import LpSession, Milp
 from safecert.bnn.spec import WeightBox
@@ -77,7 +78,7 @@ class LayerBounds:
 
 
 def network_bounds(
-    box: WeightBox, x_lo: Sequence[float], x_hi: Sequence[float], *, crown: bool = True
+    box: WeightBox, x_lo: ArrayLike, x_hi: ArrayLike, *, crown: bool = True
 ) -> list[LayerBounds]:
     """Bounds of every layer's pre-activation for ``x ∈ [x_lo, x_hi]``, weights in ``box``:
     interval propagation, intersected with :func:`crown_bounds` when ``crown`` (each is sound, so
@@ -97,7 +98,7 @@ def network_bounds(
     return out
 
 
-def crown_bounds(box: WeightBox, x_lo: Sequence[float], x_hi: Sequence[float]) -> list[LayerBounds]:
+def crown_bounds(box: WeightBox, x_lo: ArrayLike, x_hi: ArrayLike) -> list[LayerBounds]:
     """CROWN-style bounds of every layer's pre-activation over ``x ∈ [x_lo, x_hi]`` and every
     weight of ``box`` (the weights may be chosen anew for every input: the bound holds for the
     whole set ``{net_W(x)}``).
@@ -120,15 +121,15 @@ def crown_bounds(box: WeightBox, x_lo: Sequence[float], x_hi: Sequence[float]) -
     there). Results are padded outward like :func:`interval_affine`. Sound for every weight in
     the box and every input in the box; tested against dense sampling and the exact MILP.
     """
-    x_lo = np.asarray(x_lo, dtype=np.float64)
-    x_hi = np.asarray(x_hi, dtype=np.float64)
+    lo = np.asarray(x_lo, dtype=np.float64)
+    hi = np.asarray(x_hi, dtype=np.float64)
     out: list[LayerBounds] = []
     for k in range(len(box.lower)):
         if k == 0:
             (wl, bl), (wu, bu) = box.lower[0], box.upper[0]
-            out.append(LayerBounds(*interval_affine(x_lo, x_hi, wl, wu, bl, bu)))
+            out.append(LayerBounds(*interval_affine(lo, hi, wl, wu, bl, bu)))
         else:
-            out.append(LayerBounds(*_crown_layer(box, out, x_lo, x_hi, k)))
+            out.append(LayerBounds(*_crown_layer(box, out, lo, hi, k)))
     return out
 
 

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from safecert import orphans
 
@@ -95,6 +95,24 @@ def exit_with(pid: int, cleanup: Callable[[], None]) -> threading.Thread:
     thread = threading.Thread(target=watch, name="safecert-exit-with", daemon=True)
     thread.start()
     return thread
+
+
+def shutdown_pool(pool: Any, *, abort: bool, wait_s: float) -> None:
+    """Shut a :class:`concurrent.futures.ProcessPoolExecutor` down. ``abort``: do not wait for
+    the work in progress — every worker gets ``SIGTERM`` (its own handlers close what it holds)
+    and is killed when it has not exited after ``wait_s``; then the pool is shut down. The
+    workers are read from the pool's private ``_processes``; absent, the plain shutdown still
+    ends them once their work finishes."""
+    if abort:
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            proc.join(wait_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @contextlib.contextmanager

@@ -357,19 +357,5 @@ class LocalBackend:
         self._worker, self._pool, self._ctx = None, None, None
         if worker is not None:
             worker.close()
-        if pool is None:
-            return
-        if not abort:
-            pool.shutdown(wait=True, cancel_futures=True)
-            return
-        # the pool's processes (a private attribute; absent, the plain shutdown below still ends
-        # them once their chunks finish)
-        workers = list(getattr(pool, "_processes", {}).values())
-        for proc in workers:
-            proc.terminate()
-        for proc in workers:
-            proc.join(ABORT_WAIT_S)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            procs.shutdown_pool(pool, abort=abort, wait_s=ABORT_WAIT_S)

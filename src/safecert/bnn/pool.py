@@ -124,17 +124,5 @@ class SolvePool:
         """Shut the pool down (idempotent). ``abort``: do not wait for solves in progress — every
         worker is terminated, and killed when it has not exited after :data:`CLOSE_WAIT_S`."""
         pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if not abort:
-            pool.shutdown(wait=True, cancel_futures=True)
-            return
-        workers = list((getattr(pool, "_processes", None) or {}).values())
-        for proc in workers:
-            proc.terminate()
-        for proc in workers:
-            proc.join(CLOSE_WAIT_S)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            procs.shutdown_pool(pool, abort=abort, wait_s=CLOSE_WAIT_S)

@@ -12,33 +12,36 @@ import pytest
 from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline, wait_on_loop
 
 
+async def _loop_goes_on_while_a_hung_call_misses_its_deadline(hang, timeout_s: float) -> None:
+    """Awaiting ``hang`` raises :class:`DeadlineExceeded` after ``timeout_s`` while another task
+    keeps running on the loop, and the next call is answered."""
+    ticks: list[int] = []
+
+    async def ticker() -> None:
+        for i in range(5):
+            ticks.append(i)
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        with pytest.raises(DeadlineExceeded):
+            await acall_with_deadline(hang, (), timeout_s)
+        seen = list(ticks)
+    assert seen == [0, 1, 2, 3, 4]  # the loop ran while the hung call was awaited
+    assert await acall_with_deadline(lambda: "after", (), 5.0) == "after"
+
+
 def test_value_exception_and_deadline_and_the_loop_goes_on():
     release = threading.Event()
-    ticks: list[int] = []
 
     def hang() -> None:
         release.wait(30)
 
-    def boom() -> None:
-        raise KeyError("phi broke")
-
     async def main() -> None:
         assert await acall_with_deadline(lambda x: x + 1, (41,), 5.0) == 42
         with pytest.raises(KeyError, match="phi broke"):
-            await acall_with_deadline(boom, (), 5.0)
-
-        async def ticker() -> None:
-            for i in range(5):
-                ticks.append(i)
-                await anyio.sleep(0.01)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            with pytest.raises(DeadlineExceeded):
-                await acall_with_deadline(hang, (), 0.3)
-            seen = list(ticks)
-        assert seen == [0, 1, 2, 3, 4]  # the loop ran while the hung call was awaited
-        assert await acall_with_deadline(lambda: "after", (), 5.0) == "after"
+            await acall_with_deadline(_boom, (), 5.0)
+        await _loop_goes_on_while_a_hung_call_misses_its_deadline(hang, 0.3)
 
     try:
         anyio.run(main)
@@ -66,7 +69,6 @@ def test_a_task_that_waits_on_the_loop_first_gets_the_same_answers_and_deadline(
     a slower one is still awaited through the loop, a hung one still misses its deadline while the
     loop goes on."""
     release = threading.Event()
-    ticks: list[int] = []
 
     def slow() -> str:
         time.sleep(0.1)  # past the wait on the loop's thread, well within the deadline
@@ -78,19 +80,7 @@ def test_a_task_that_waits_on_the_loop_first_gets_the_same_answers_and_deadline(
         with pytest.raises(KeyError, match="phi broke"):
             await acall_with_deadline(_boom, (), 5.0)
         assert await acall_with_deadline(slow, (), 5.0) == "slow"
-
-        async def ticker() -> None:
-            for i in range(5):
-                ticks.append(i)
-                await anyio.sleep(0.01)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            with pytest.raises(DeadlineExceeded):
-                await acall_with_deadline(release.wait, (30,), 0.5)
-            seen = list(ticks)
-        assert seen == [0, 1, 2, 3, 4]
-        assert await acall_with_deadline(lambda: "after", (), 5.0) == "after"
+        await _loop_goes_on_while_a_hung_call_misses_its_deadline(lambda: release.wait(30), 0.5)
 
     try:
         anyio.run(main)

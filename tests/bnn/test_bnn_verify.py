@@ -145,3 +145,49 @@ def test_no_attempt_certificate_is_checked_and_cannot_be_flipped(tmp_path):
     flipped = run.certificate.model_copy(update={"verdict": "SAFE"})
     report = check(flipped, Evidence(run.path))
     assert {c.name for c in report.failed} == {"invariant", "verdict"}
+
+
+def _config_run(tmp_path, **options):
+    """A real run of a config file, cut off at once (UNKNOWN), with ``options`` applied as the
+    command line applies them."""
+    import shutil
+
+    from safecert.bnn.certify import certify_run
+    from safecert.bnn.setup import load_config, with_options
+
+    from .conftest import EXAMPLE, FAST
+
+    shutil.copyfile(EXAMPLE / "lds.npz", tmp_path / "lds.npz")
+    toml = tmp_path / "run.toml"
+    toml.write_text(FAST.replace("per_epsilon_s = 150", "per_epsilon_s = 0.001"))
+    cfg = with_options(load_config(toml), **options)
+    return certify_run(cfg, toml, tmp_path / "out")
+
+
+def test_parameters_are_the_hashed_config_files_but_for_the_command_line_options(tmp_path):
+    """Every key the command line does not set is held to the hashed config file: a search setting
+    rewritten in ``parameters`` (here ``verifier.closure_splits``, ``data.bootstrap_horizon``) fails
+    verification naming the key, though the verdict's own checks would all pass."""
+    run = _config_run(tmp_path, seed=7, epsilon="0.2sigma", time_limit=0.002)
+    cert = run.certificate
+    assert cert.parameters["seed"] == 7 and cert.parameters["limits"]["per_epsilon_s"] == 0.002
+    report = check(cert, Evidence(run.path))
+    assert report.ok, report.failed
+    (line,) = [c for c in report.checks if c.name == "parameters"]
+    assert line.ok and line.detail == "equal to the recomputed value"
+    for section, key, value in (
+        ("verifier", "closure_splits", 3),
+        ("data", "bootstrap_horizon", 61),
+    ):
+        params = json.loads(json.dumps(cert.parameters))
+        assert params[section][key] != value
+        params[section][key] = value
+        forged = cert.model_copy(update={"parameters": params})
+        failed = check(forged, Evidence(run.path)).failed
+        assert [c.name for c in failed] == [f"parameters.{section}.{key}"], failed
+
+
+def test_a_run_without_a_config_file_says_its_parameters_are_the_record(unknown_run):
+    report = check(read_certificate(unknown_run), Evidence(unknown_run))
+    (line,) = [c for c in report.checks if c.name == "parameters"]
+    assert line.ok and "no config file recorded" in line.detail

@@ -8,6 +8,12 @@ is one failing check showing both values:
 * **inputs** — every recorded digest is re-hashed (config TOML, the user's policy file,
   ``policy.npz``/``.onnx``/``.pt`` next to the certificate); the copy must be the user's policy file byte for byte,
   or, for ``benchmark:NAME``, hold exactly the packaged weights.
+* **parameters** — where the run read a config file (``inputs.files`` role ``config``), that file,
+  parsed and checked again (:func:`~safecert.bnn.setup.load_config`), must give ``parameters``
+  key for key, except the keys the command line sets over it
+  (:data:`~safecert.bnn.setup.COMMAND_LINE_KEYS`); so a search setting such as
+  ``verifier.closure_splits`` cannot be rewritten under a hashed config. A run of ``--benchmark``
+  or of a config given in Python has no file: its ``parameters`` are the record (the report says so).
 * **plan** — ``seed``, ``system`` and ``solver`` as in ``parameters``; ``verifier_margin`` must be
   the margin the verifier proves with (:data:`~safecert.bnn.verifier.DEFAULT_MARGIN`; the
   config has no margin key), and that recorded margin is what the MILPs are re-run with.
@@ -55,7 +61,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from safecert.audit import Evidence, check_file_digests, locate_evidence
+from safecert.audit import Evidence, check_file_digests, locate_evidence, locate_input
 from safecert.bnn.cegis import WALL_CLOCK_GUARD
 from safecert.bnn.certify import POLICY_FILE, check_records, epsilon_record, search_outcome
 from safecert.bnn.config import REMOVED_LIMITS, BnnConfig, bayesian_spec
@@ -64,6 +70,7 @@ from safecert.bnn.networks import ReluNetwork, load_policy, read_policy_file
 from safecert.bnn.result import BnnResult, SearchRow
 from safecert.bnn.sampling import acceptance_probability
 from safecert.bnn.search import SearchPlan, epsilon_sequence, search_plan, stop_reason
+from safecert.bnn.setup import COMMAND_LINE_KEYS, load_config
 from safecert.bnn.spec import BayesianSpec, Epsilon, WeightBox
 from safecert.bnn.system import build_system
 from safecert.bnn.verifier import DEFAULT_MARGIN, Proof
@@ -95,6 +102,7 @@ def check(
     cfg = parameters_config(cert.parameters)
     copy_entry, policy_path = policy_copy(cert, evidence)
     check_file_digests(cert, evidence, report)
+    check_config_file(cert, evidence, report)
     mean = read_policy_file(policy_path)
     check_policy_source(cfg, cert, copy_entry, mean, report)
     try:
@@ -156,6 +164,40 @@ def parameters_config(parameters: dict[str, Any]) -> BnnConfig:
             str(validation_to_config_error(exc, "parameters")),
             fix="regenerate the certificate with safecert",
         ) from None
+
+
+def check_config_file(cert: BnnCertificate, evidence: Evidence, report: VerificationReport) -> None:
+    """The hashed config file, read again, gives ``parameters`` but for the command line's keys
+    (module docstring); with no config file, one passing check says ``parameters`` are the record."""
+    entries = [e for e in cert.inputs.files if e.role == "config"]
+    if not entries:
+        report.add(
+            "parameters",
+            True,
+            "no config file recorded (--benchmark, or a config given in Python): the "
+            "certificate's parameters are the run's record",
+        )
+        return
+    if len(entries) > 1:
+        report.add("parameters", False, f"inputs.files names {len(entries)} config files, not 1")
+        return
+    path = locate_input(cert, entries[0], evidence)
+    if not path.is_file():
+        return  # the digest check already failed, naming the file
+    try:
+        source = load_config(path).model_dump(mode="json")
+    except ConfigError as exc:
+        report.add("parameters", False, f"{entries[0].path} no longer loads: {exc}")
+        return
+    claimed = cert.parameters
+    for key in COMMAND_LINE_KEYS:  # set by an option: the file does not decide it
+        *parents, leaf = key.split(".")
+        src, given = source, claimed
+        for part in parents:
+            src, given = src.get(part), given.get(part) if isinstance(given, dict) else None
+        if isinstance(src, dict) and isinstance(given, dict) and leaf in given:
+            src[leaf] = given[leaf]
+    report.compare_documents("parameters", source, claimed)
 
 
 def _require_every_key(model: type[BaseModel], data: Any, where: str) -> None:

@@ -17,7 +17,14 @@ from safecert.bnn.system import benchmark_tables, build_system
 from safecert.config import parse_model, read_toml
 from safecert.errors import ConfigError
 
-__all__ = ["BENCHMARKS", "benchmark_config", "check_config", "load_config"]
+__all__ = [
+    "BENCHMARKS",
+    "COMMAND_LINE_KEYS",
+    "benchmark_config",
+    "check_config",
+    "load_config",
+    "with_options",
+]
 
 
 def load_config(path: Path) -> BnnConfig:
@@ -32,6 +39,40 @@ def check_config(cfg: BnnConfig) -> None:
     """Every check that needs more than one key: the system compiles, the search plan exists."""
     build_system(cfg.system, cfg.dynamics, cfg.sets)
     search_plan(cfg)
+
+
+#: the keys ``safecert bnn verify``'s options set over a config file (:func:`with_options`):
+#: ``--epsilon``, ``--seed``, ``--time-limit`` and ``--search``. ``safecert verify`` holds every
+#: other key of ``parameters`` to the hashed config file.
+COMMAND_LINE_KEYS = ("epsilon", "seed", "limits.per_epsilon_s", "search.enabled")
+
+
+def with_options(
+    cfg: BnnConfig,
+    *,
+    epsilon: str | None = None,
+    seed: int | None = None,
+    time_limit: float | None = None,
+    search: bool = False,
+) -> BnnConfig:
+    """``cfg`` with the command line's options applied (only the :data:`COMMAND_LINE_KEYS`),
+    validated again whole; ``None``/``False`` leaves a key as the config has it."""
+    if time_limit is not None and not time_limit > 0:
+        raise ConfigError(f"must be > 0, got {time_limit}", field="--time-limit", fix="e.g. 60")
+    data = cfg.model_dump()
+    if epsilon is not None:
+        data["epsilon"] = epsilon
+    if seed is not None:
+        data["seed"] = seed
+    if time_limit is not None:
+        data["limits"]["per_epsilon_s"] = time_limit
+    if search:
+        data["search"]["enabled"] = True
+    if data == cfg.model_dump():
+        return cfg
+    out = parse_model(BnnConfig, data)
+    check_config(out)
+    return out
 
 
 #: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's

@@ -83,7 +83,7 @@ def verify(
     Example: safecert bnn verify --benchmark lds --epsilon 0.5sigma --out runs/lds
     """
     from safecert.bnn.certify import certify_run
-    from safecert.bnn.setup import benchmark_config, load_config
+    from safecert.bnn.setup import benchmark_config, load_config, with_options
 
     if (config is None) == (benchmark is None):
         raise ConfigError(
@@ -96,24 +96,7 @@ def verify(
             "--epsilon and --search exclude each other", field="epsilon", fix="use one"
         )
     cfg = load_config(config) if config is not None else benchmark_config(str(benchmark))
-    updates: dict[str, Any] = {}
-    if epsilon is not None:
-        updates["epsilon"] = epsilon
-    if seed is not None:
-        updates["seed"] = seed
-    if time_limit is not None:
-        if time_limit <= 0:
-            raise ConfigError(f"must be > 0, got {time_limit}", field="--time-limit", fix="e.g. 60")
-        updates["limits"] = cfg.limits.model_copy(update={"per_epsilon_s": time_limit})
-    if search:
-        updates["search"] = cfg.search.model_copy(update={"enabled": True})
-    if updates:
-        from safecert.bnn.config import BnnConfig
-        from safecert.config import parse_model
-
-        cfg = parse_model(
-            BnnConfig, {**cfg.model_dump(), **{k: _dump(v) for k, v in updates.items()}}
-        )
+    cfg = with_options(cfg, epsilon=epsilon, seed=seed, time_limit=time_limit, search=search)
     if workers is not None and workers < 1:
         raise ConfigError(f"must be >= 1, got {workers}", field="--workers", fix="e.g. 2")
     if sign_key is not None:  # a bad key fails now, not after the search
@@ -179,10 +162,6 @@ def export(
             )
         for p in paths:
             console.print(str(p))
-
-
-def _dump(v: Any) -> Any:
-    return v.model_dump() if hasattr(v, "model_dump") else v
 
 
 class _Spinner:

@@ -12,6 +12,7 @@ import select
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -392,3 +393,68 @@ def test_an_answer_after_the_upstream_deadline_ends_the_session_and_is_dropped(w
     finally:
         gw.proc.kill()
     assert [c["params"]["arguments"]["invoice"] for c in gw.executed()] == ["SLOW"]
+
+
+def _status_kb(pid: int, field: str) -> int:
+    """A memory figure of a process (``VmRSS``, ``VmHWM``: its peak), in kB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_a_client_writing_without_reading_is_held_back_and_every_request_is_answered(work):
+    """10,000 requests (tools/call, every tenth a ping) written without reading an answer: the
+    gateway stops reading at its in-flight bound (the client's writes block: back-pressure), so
+    its memory stays flat, and once the client reads, every request is answered — the calls past
+    the horizon blocked with the reason — and the gateway ends cleanly."""
+    n = 10_000
+    lines = [
+        json.dumps(
+            {"jsonrpc": "2.0", "id": k, "method": "ping"}
+            if k % 10 == 9
+            else {"jsonrpc": "2.0", "id": k, "method": "tools/call",
+                  "params": {"name": "lookup_invoice", "arguments": {"invoice": "INV-001"}}}
+        ).encode() + b"\n"
+        for k in range(n)
+    ]  # fmt: skip
+    gw = Gateway(work).start()
+    try:
+        idle_kb = _status_kb(gw.proc.pid, "VmRSS")
+        assert gw.proc.stdin is not None
+        fd = gw.proc.stdin.fileno()
+        written = [0]
+
+        def write_all() -> None:
+            for line in lines:
+                os.write(fd, line)  # blocks while the pipe is full
+                written[0] += 1
+
+        writer = threading.Thread(target=write_all, daemon=True)
+        writer.start()
+        end = time.monotonic() + DEADLINE_S
+        last = -1
+        while writer.is_alive() and written[0] != last:  # until it finishes or stalls
+            assert time.monotonic() < end
+            last = written[0]
+            time.sleep(1.0)
+        held_at = written[0]
+        answers: dict[int, dict] = {}
+        while len(answers) < n:
+            answer = gw.reply()
+            assert answer is not None, f"{len(answers)} of {n} answered, then nothing"
+            answers[answer["id"]] = answer
+        writer.join(DEADLINE_S)
+        peak_kb = _status_kb(gw.proc.pid, "VmHWM")
+        assert gw.close() == 0
+    finally:
+        gw.proc.kill()
+    assert held_at < n  # the gateway stopped reading before the client read anything
+    assert peak_kb - idle_kb < 16 * 1024, (idle_kb, peak_kb)  # 10,000 tasks took 46 MB
+    assert sorted(answers) == list(range(n))
+    pings = [a for k, a in answers.items() if k % 10 == 9]
+    assert all(a["result"] == {} for a in pings)
+    calls = [answers[k] for k in range(n) if k % 10 != 9]
+    assert [a["result"].get("isError") is True for a in calls[:HORIZON]] == [False] * HORIZON
+    assert all(f"horizon T = {HORIZON}" in _text(a) for a in calls[HORIZON:])
+    assert len(gw.executed()) == HORIZON

@@ -84,3 +84,69 @@ def test_a_line_over_the_limit_is_not_offered_and_readline_reports_it(monkeypatc
             await reader.readline()
 
     asyncio.run(run())
+
+
+class _Pipe:
+    """The reader's transport as far as back-pressure goes: whether it is read."""
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"") + b"\n"), max_size=30
+    ),
+    cuts=st.lists(st.integers(0, 400), max_size=30),
+    limit=st.integers(1, 4),
+    steps=st.lists(st.booleans(), max_size=80),
+)
+def test_at_the_limit_no_line_is_offered_until_one_finishes_and_none_is_lost(
+    lines, cuts, limit, steps
+):
+    """Lines taken and not finished never exceed the limit, however the pipe cuts the bytes and
+    whenever calls finish; the pipe is not read while held; every line is offered once, in order,
+    and the end of input comes after the last."""
+
+    async def run() -> tuple[list[bytes], int]:
+        reader = LineReader(limit=1 << 20)
+        pipe = _Pipe()
+        reader.set_transport(pipe)  # type: ignore[arg-type]
+        taken: list[bytes] = []
+        running: list[bytes] = []
+        most = 0
+
+        def take(line: bytes) -> bool:
+            nonlocal most
+            taken.append(line)
+            running.append(line)
+            most = max(most, len(running))
+            return True
+
+        reader.offer(take, lambda: len(running) >= limit)
+        data = b"".join(lines)
+        bounds = sorted({min(c, len(data)) for c in cuts} | {len(data)})
+        chunks = [data[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if b > a]
+        todo = iter(steps)
+        while chunks or running:
+            feed = next(todo, not running)
+            if feed and chunks and not pipe.paused:  # the pipe delivers only while read
+                reader.feed_data(chunks.pop(0))
+            elif running:
+                running.pop(0)
+                reader.release()
+        reader.feed_eof()
+        assert not pipe.paused
+        assert await reader.readline() == b""  # the end of input, after every line
+        return taken, most
+
+    taken, most = asyncio.run(run())
+    assert taken == lines
+    assert most <= limit

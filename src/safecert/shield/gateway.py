@@ -189,6 +189,7 @@ class Gateway:
             if type(message) is not dict or message.get("method") != "tools/call":
                 return False
             if "id" in message:  # a notification is never answered, never forwarded
+                wire.took()  # counted before the next line is considered (back-pressure)
                 spawn(self._raw_call, wire, message)
             return True
 
@@ -198,6 +199,12 @@ class Gateway:
         """Answer one ``tools/call`` request of a stdio connection (:meth:`stdio_intercept`). Its
         φ and action map are waited for on the loop's thread first (:func:`wait_on_loop`): the
         connection's calls are one at a time, so the loop has nothing else to do meanwhile."""
+        try:
+            await self._raw_answer(wire, message)
+        finally:
+            wire.finished()
+
+    async def _raw_answer(self, wire: Wire, message: dict[str, Any]) -> None:
         wait_on_loop(LOOP_WAIT_S)
         rid = message["id"]
         if type(rid) not in (int, str) or message.get("jsonrpc") != "2.0":

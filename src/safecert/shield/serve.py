@@ -42,6 +42,11 @@ EXIT_CODES = {
     128 + signal.SIGTERM: "SIGTERM (after draining calls in flight up to --shutdown-grace)",
 }
 STOP_WAIT_S = 1.5  # after the grace period: how long the transport gets to close
+#: requests of one stdio connection in flight (read, not yet finished) before the gateway stops
+#: reading its input until one finishes (back-pressure through the pipe)
+STDIO_MAX_IN_FLIGHT = 64
+#: requests in flight over HTTP, all sessions together; past it, a request is answered 503
+HTTP_MAX_IN_FLIGHT = 1024
 
 
 def _mcp() -> Any:
@@ -210,7 +215,8 @@ async def _serve_stdio(gateway: Gateway, busy: list[Callable[[], bool]]) -> None
                 return gateway.stdio_intercept(wire, calls.spawn)
 
             try:
-                async with jsonrpc_lines(reader, writer, intercept) as (rs, ws, closed, wire):
+                lines = jsonrpc_lines(reader, writer, intercept, STDIO_MAX_IN_FLIGHT)
+                async with lines as (rs, ws, closed, wire):
                     busy.append(lambda: wire.unanswered > 0)
                     await server.run(rs, ws, server.create_initialization_options())
                     # the client left: a call it was answered already may still be evaluating
@@ -304,7 +310,7 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
 
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on",
-        timeout_graceful_shutdown=STOP_WAIT_S / 2,
+        timeout_graceful_shutdown=STOP_WAIT_S / 2, limit_concurrency=HTTP_MAX_IN_FLIGHT,
     )  # fmt: skip
     server = Server(config)
     servers.append(server)

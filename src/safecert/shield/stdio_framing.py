@@ -22,41 +22,94 @@ import orjson
 LINE_LIMIT = 64 * 1024 * 1024  # the longest JSON-RPC line read (bytes)
 
 
+def _never() -> bool:
+    return False
+
+
 class LineReader(asyncio.StreamReader):
     """A :class:`asyncio.StreamReader` that offers each complete line to a ``take`` test (set by
     :meth:`offer`) as soon as it arrives, in the transport's callback; a line ``take`` declines
     goes on to :meth:`readline` as without it, in order. A line longer than the limit is not
     offered: everything from it on goes to :meth:`readline`, which raises as a plain reader
-    would."""
+    would.
+
+    Back-pressure: while the ``hold`` test given to :meth:`offer` is true, no further line is
+    offered — the rest of what arrived is kept as bytes and the pipe is no longer read (the
+    writer's own writes block once the pipe is full) — until :meth:`release` finds it false.
+    ``queued`` counts the declined lines that :meth:`readline` has not returned yet."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(limit=limit)
         self._take: Callable[[bytes], bool] | None = None
+        self._hold: Callable[[], bool] = _never
         self._partial = bytearray()
+        self._held = bytearray()  # arrived, not offered yet (while held)
+        self._holding = False
+        self._eof_held = False
+        self._pipe: Any = None  # the read transport: paused while held
+        self.queued = 0
 
-    def offer(self, take: Callable[[bytes], bool]) -> None:
+    def set_transport(self, transport: asyncio.BaseTransport) -> None:
+        super().set_transport(transport)
+        self._pipe = transport
+
+    def offer(self, take: Callable[[bytes], bool], hold: Callable[[], bool] = _never) -> None:
         """Offer every line to ``take`` from now on, those read already and not yet consumed
-        included."""
+        included; while ``hold()`` is true, offer none (class docstring)."""
         buffered = bytes(self._buffer)
         self._buffer.clear()
         self._take = take
+        self._hold = hold
         self._lines(buffered)
 
     def feed_data(self, data: bytes) -> None:
-        if self._take is None:
+        if self._holding:  # (a read that was under way when the pipe was paused)
+            self._held += data
+        elif self._take is None:
             super().feed_data(data)
         else:
             self._lines(data)
 
+    def release(self) -> None:
+        """Offer what was held back and read the pipe again, unless ``hold()`` is still true."""
+        if not self._holding or self._hold():
+            return
+        self._holding = False
+        held = bytes(self._held)
+        self._held.clear()
+        self._lines(held)
+        if self._holding:
+            return
+        if self._pipe is not None:
+            self._pipe.resume_reading()
+        if self._eof_held:
+            self._eof_held = False
+            self.feed_eof()
+
+    async def readline(self) -> bytes:
+        line = await super().readline()
+        if self.queued:
+            self.queued -= 1
+        return line
+
     def _lines(self, data: bytes) -> None:
-        """Offer each line ``data`` completes; keep the rest. Linear in what arrives: only new
-        bytes are searched for a newline, and a long line grows in place (a 48 MB line in 64 kB
-        chunks took 16 s when each chunk was joined to the whole partial line and searched)."""
+        """Offer each line ``data`` completes, until ``hold()``; keep the rest. Linear in what
+        arrives: only new bytes are searched for a newline, and a long line grows in place (a
+        48 MB line in 64 kB chunks took 16 s when each chunk was joined to the whole partial
+        line and searched)."""
         take = self._take
-        assert take is not None
+        if take is None:  # a line over the limit came: everything goes to readline()
+            super().feed_data(data)
+            return
         partial = self._partial
         start = 0
         while (end := data.find(b"\n", start)) >= 0:
+            if self._hold():
+                self._holding = True
+                self._held += data[start:]
+                if self._pipe is not None:
+                    self._pipe.pause_reading()
+                return
             if partial:
                 partial += data[start : end + 1]
                 line = bytes(partial)
@@ -65,6 +118,7 @@ class LineReader(asyncio.StreamReader):
                 line = data[start : end + 1]
             start = end + 1
             if not take(line):
+                self.queued += 1
                 super().feed_data(line)
         if start < len(data):
             partial += data[start:]
@@ -74,22 +128,54 @@ class LineReader(asyncio.StreamReader):
                 partial.clear()
 
     def feed_eof(self) -> None:
+        if self._holding:
+            self._eof_held = True
+            return
         rest = bytes(self._partial)
         self._partial.clear()
         if rest and (self._take is None or not self._take(rest)):
+            self.queued += 1
             super().feed_data(rest)  # a last line without its newline
         super().feed_eof()
 
 
 class Wire:
-    """What :func:`jsonrpc_lines` knows of its connection, and the raw way to write to it."""
+    """What :func:`jsonrpc_lines` knows of its connection, and the raw way to write to it.
 
-    def __init__(self, writer: asyncio.StreamWriter, closed: Any) -> None:
+    Requests in flight: ``unanswered`` (handed to the SDK, response not written yet), ``taken``
+    (taken by the ``intercept``, counted by its owner: :meth:`took`, :meth:`finished`) and the
+    lines waiting for the SDK. With a ``limit``, no further line is read while they are ``limit``
+    or more (:meth:`full`)."""
+
+    def __init__(
+        self, writer: asyncio.StreamWriter, closed: Any, reader: LineReader, limit: int | None
+    ) -> None:
         self.unanswered = 0  # requests handed to the SDK whose response is not written yet
+        self.taken = 0  # requests taken by the intercept that have not finished
         self.initialized = False  # a successful response to ``initialize`` has been written
         self.init_ids: set[Any] = set()
+        self.limit = limit
         self._writer = writer
         self._closed = closed
+        self._reader = reader
+
+    @property
+    def in_flight(self) -> int:
+        """Requests read from the peer and not finished (class docstring)."""
+        return self.unanswered + self.taken + self._reader.queued
+
+    def full(self) -> bool:
+        """Whether ``limit`` requests are in flight: no further line is read meanwhile."""
+        return self.limit is not None and self.in_flight >= self.limit
+
+    def took(self) -> None:
+        """One request taken by the intercept (called as it is taken)."""
+        self.taken += 1
+
+    def finished(self) -> None:
+        """One request taken by the intercept has finished: reading goes on if it waited."""
+        self.taken -= 1
+        self._reader.release()
 
     async def send(self, message: Any) -> None:
         """Write one JSON-RPC message (a dict) as a line, outside the SDK; a peer that stopped
@@ -106,6 +192,7 @@ async def jsonrpc_lines(
     reader: LineReader,
     writer: asyncio.StreamWriter,
     intercept: Callable[[Wire], Callable[[Any], bool]] | None = None,
+    max_in_flight: int | None = None,
 ) -> AsyncIterator[tuple[Any, Any, Any, Wire]]:
     """MCP's stdio framing (one JSON-RPC message per line) over an asyncio pipe pair, as the
     ``(read_stream, write_stream)`` an MCP session takes, an event set at end of input or when
@@ -116,7 +203,11 @@ async def jsonrpc_lines(
     ``intercept(wire)``, called once, gives a test that is called on the loop with each line
     parsed as JSON (``None`` when ``orjson`` cannot parse it) as it arrives, before the SDK sees
     it; when it returns true the line is taken (the SDK never sees it), else it goes to the SDK
-    exactly as without an ``intercept``."""
+    exactly as without an ``intercept``.
+
+    ``max_in_flight`` bounds the requests of the peer in flight (:class:`Wire`): at that many, no
+    further line is read until one finishes — back-pressure through the pipe, so what a peer
+    that writes without reading costs stays bounded and nothing it sent is refused or lost."""
     import anyio
     import mcp_types as types
     from mcp.shared._context_streams import create_context_streams
@@ -125,18 +216,20 @@ async def jsonrpc_lines(
     in_send, in_recv = create_context_streams[SessionMessage | Exception](0)
     out_send, out_recv = create_context_streams[SessionMessage](0)
     closed = anyio.Event()
-    wire = Wire(writer, closed)
-    if intercept is not None:
-        take = intercept(wire)
+    wire = Wire(writer, closed, reader, max_in_flight)
+    take = intercept(wire) if intercept is not None else None
+    if take is not None or max_in_flight is not None:
 
         def offered(line: bytes) -> bool:
+            if take is None:
+                return False
             try:
                 parsed = orjson.loads(line)
             except orjson.JSONDecodeError:
                 parsed = None
             return take(parsed)
 
-        reader.offer(offered)
+        reader.offer(offered, wire.full)
 
     async def read() -> None:
         try:
@@ -153,6 +246,7 @@ async def jsonrpc_lines(
                         if msg.message.method == "initialize":
                             wire.init_ids.add(msg.message.id)
                 await in_send.send(msg)
+                reader.release()  # (a line read that was no request is finished)
         except (OSError, ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # a broken pipe or an oversized line: the connection is over
         finally:
@@ -168,6 +262,7 @@ async def jsonrpc_lines(
                     await writer.drain()
                     if isinstance(m.message, types.JSONRPCResponse | types.JSONRPCError):
                         wire.unanswered -= 1
+                        reader.release()
                         if m.message.id in wire.init_ids:  # the answer to ``initialize``
                             wire.init_ids.discard(m.message.id)
                             if isinstance(m.message, types.JSONRPCResponse):

@@ -5,19 +5,22 @@ hang. :func:`call_with_deadline` runs it on a reusable daemon worker thread and 
 deadline, so a hung callable costs its own call the deadline (the caller then fails closed) and
 holds no lock, worker or pool slot any other call needs.
 
-A hand-off costs two thread wake-ups (the worker's and the caller's): workers are kept in a pool
-and reused while they answer in time. Awaited on an event loop (:func:`acall_with_deadline`) the
-answer comes back through the loop (a wake-up of its self-pipe and two loop iterations more),
-unless the awaiting task asked, with :func:`wait_on_loop`, to wait for it on the loop's own thread
-first for a short while: the loop stalls no longer than that (the GIL is the worker's anyway), which
-pays where the loop has nothing else to do meanwhile — a stdio gateway's one connection — and not
-where other sessions' requests wait on the same loop.
+A hand-off is two thread wake-ups (the worker's and the caller's) and nothing more: each worker
+has a pair of plain locks — ``go``, on which it waits for a job, and ``done``, on which its caller
+waits for the answer — that are reused from call to call, so a call allocates no queue, event or
+future, and a wake-up is one futex operation. Workers are kept in a pool and reused while they
+answer in time; the caller puts its worker back once it has read the answer. Awaited on an event
+loop (:func:`acall_with_deadline`) the answer comes back through the loop (a wake-up of its
+self-pipe and two loop iterations more), unless the awaiting task asked, with
+:func:`wait_on_loop`, to wait for it on the loop's own thread first for a short while: the loop
+stalls no longer than that (the GIL is the worker's anyway), which pays where the loop has nothing
+else to do meanwhile — a stdio gateway's one connection — and not where other sessions' requests
+wait on the same loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +30,8 @@ from typing import Any
 #: the wait on the loop's thread a one-caller loop asks for (:func:`wait_on_loop`)
 LOOP_WAIT_S = 0.001
 _LOOP_WAIT: ContextVar[float] = ContextVar("safecert_deadline_loop_wait", default=0.0)
+
+Answer = tuple[bool, Any]  # (returned, value or the exception raised)
 
 
 def wait_on_loop(seconds: float) -> None:
@@ -39,64 +44,93 @@ class DeadlineExceeded(Exception):
     """A user callable did not return within its deadline (its thread is abandoned)."""
 
 
-class _Job:
-    __slots__ = ("answer", "abandoned", "notify")
-
-    def __init__(self) -> None:
-        self.answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self.abandoned = False
-        # set by a caller that stopped blocking on ``answer``: called with the answer as well
-        self.notify: Callable[[tuple[bool, Any]], None] | None = None
-
-
 class _Worker:
-    """A reusable daemon thread that runs one job at a time."""
+    """A reusable daemon thread that runs one job at a time.
+
+    The caller that took it from the pool sets ``job`` and releases ``go``; the worker runs the
+    job, stores ``answer`` and releases ``done``. ``mutex`` orders the end of a job against a
+    caller that stops waiting (a missed deadline: ``abandoned``; an event loop that will be woken
+    instead: ``notify``): either the caller finds ``done`` released, or the worker sees what the
+    caller set."""
+
+    __slots__ = ("go", "done", "mutex", "job", "answer", "abandoned", "notify")
 
     def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], _Job]] = (
-            queue.SimpleQueue()
-        )
+        self.go = threading.Lock()
+        self.done = threading.Lock()
+        self.mutex = threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.job: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+        self.answer: Answer = (False, None)
+        self.abandoned = False
+        self.notify: Callable[[], object] | None = None
         threading.Thread(target=self._run, daemon=True, name="safecert-deadline").start()
 
     def _run(self) -> None:
+        go, done, mutex = self.go, self.done, self.mutex
         while True:
-            fn, args, job = self.jobs.get()
+            go.acquire()
+            fn, args = self.job  # type: ignore[misc]
+            self.job = None
             try:
-                answer: tuple[bool, Any] = (True, fn(*args))
+                answer: Answer = (True, fn(*args))
             except BaseException as exc:  # handed to the caller
                 answer = (False, exc)
-            # back in the pool before answering, so that once the caller is woken this thread
-            # only goes back to waiting (it does not hold the GIL the caller needs)
-            rejoin = not job.abandoned
-            if rejoin:
-                _idle.append(self)
-            job.answer.put(answer)
-            # read after the put: a caller that set ``notify`` and then found ``answer`` empty is
-            # notified here (one that found it full just gets a second, ignored, notice)
-            notify = job.notify
+            with mutex:
+                if self.abandoned:
+                    return  # its caller gave up on it: this thread leaves the pool for good
+                self.answer = answer
+                notify, self.notify = self.notify, None
+                done.release()  # the last thing before waiting again: the caller gets the GIL
             if notify is not None:
                 try:
-                    notify(answer)
+                    notify()
                 except RuntimeError:  # the caller's event loop is gone
                     pass
-            if not rejoin:
-                return  # its caller gave up on it: this thread leaves the pool for good
+
+    def start(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.job = (fn, args)
+        self.go.release()
+
+    def take(self) -> Answer:
+        """The answer of a finished job; the worker goes back to the pool."""
+        answer, self.answer = self.answer, (False, None)
+        _idle.append(self)
+        return answer
+
+    def give_up(self) -> Answer | None:
+        """Stop waiting: the answer if it came in the gap (the worker goes back to the pool),
+        else ``None`` and the worker is abandoned."""
+        with self.mutex:
+            if self.done.acquire(blocking=False):
+                return self.take()
+            self.abandoned = True
+            return None
+
+    def wake(self, notify: Callable[[], object]) -> Answer | None:
+        """Have ``notify()`` called once the answer is in (``done`` released by then), unless it
+        is in already: then it is returned and the worker goes back to the pool."""
+        with self.mutex:
+            if self.done.acquire(blocking=False):
+                return self.take()
+            self.notify = notify
+            return None
 
 
 _idle: list[_Worker] = []  # list.append/pop are atomic under the GIL
 
 
-def _submit(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Job:
+def _submit(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Worker:
     try:
         worker = _idle.pop()
     except IndexError:
         worker = _Worker()
-    job = _Job()
-    worker.jobs.put((fn, args, job))
-    return job
+    worker.start(fn, args)
+    return worker
 
 
-def _result(answer: tuple[bool, Any]) -> Any:
+def _result(answer: Answer) -> Any:
     ok, value = answer
     if not ok:
         raise value
@@ -110,15 +144,13 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
     while they answer in time; a worker that misses a deadline is abandoned (Python cannot kill a
     thread; it is a daemon and never rejoins the pool), so a hung callable holds no worker, lock or
     slot any other call needs."""
-    job = _submit(fn, args)
-    try:
-        return _result(job.answer.get(timeout=timeout_s))
-    except queue.Empty:
-        job.abandoned = True
-        try:  # answered in the gap after all
-            return _result(job.answer.get_nowait())
-        except queue.Empty:
-            raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+    worker = _submit(fn, args)
+    if worker.done.acquire(timeout=timeout_s):
+        return _result(worker.take())
+    answer = worker.give_up()
+    if answer is None:
+        raise DeadlineExceeded(f"no answer within {timeout_s:g} s")
+    return _result(answer)
 
 
 async def acall_with_deadline(
@@ -130,32 +162,30 @@ async def acall_with_deadline(
     stalls no longer than that), within ``timeout_s`` in all. Cancelling the await abandons the
     worker as a timeout does."""
     start = time.monotonic()
-    job = _submit(fn, args)
     blocking = min(_LOOP_WAIT.get(), timeout_s)
-    if blocking > 0:
-        try:
-            return _result(job.answer.get(timeout=blocking))
-        except queue.Empty:
-            pass
+    worker = _submit(fn, args)
+    if blocking > 0 and worker.done.acquire(timeout=blocking):
+        return _result(worker.take())
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+    future: asyncio.Future[None] = loop.create_future()
 
-    def answered(answer: tuple[bool, Any]) -> None:  # on the loop
+    def answered() -> None:  # on the loop
         if not future.done():
-            future.set_result(answer)
+            future.set_result(None)
 
-    job.notify = lambda answer: loop.call_soon_threadsafe(answered, answer)
-    try:  # answered before ``notify`` was set: the worker may not have seen it
-        return _result(job.answer.get_nowait())
-    except queue.Empty:
-        pass
+    here = worker.wake(lambda: loop.call_soon_threadsafe(answered))
+    if here is not None:
+        return _result(here)
     try:
         async with asyncio.timeout(max(0.0, timeout_s - (time.monotonic() - start))):
-            answer = await future
+            await future
     except TimeoutError:
-        job.abandoned = True
-        raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+        late = worker.give_up()
+        if late is None:
+            raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+        return _result(late)
     except BaseException:  # cancelled: nobody will read the answer
-        job.abandoned = True
+        worker.give_up()
         raise
-    return _result(answer)
+    worker.done.acquire()  # released before the loop was woken: no wait
+    return _result(worker.take())

@@ -175,3 +175,81 @@ def test_unreadable_inputs_are_one_line(tmp_path):
         assert "\n" not in str(err.value)
     with pytest.raises(DataError, match="does not exist"):
         read_certificate(tmp_path / "missing.json")
+
+
+def _union_error(data: object) -> str:
+    """The first error of the four kinds' discriminated union (what ``parse_certificate`` used to
+    validate against, every kind's models built), as :func:`parse_certificate` words it."""
+    from typing import Annotated
+
+    from pydantic import Field, TypeAdapter, ValidationError
+
+    from safecert.certificate import (
+        BlackboxCertificate,
+        BnnCertificate,
+        SequentialCertificate,
+        ShieldCertificate,
+    )
+    from safecert.verification import short_repr
+
+    union = Annotated[
+        BlackboxCertificate | SequentialCertificate | ShieldCertificate | BnnCertificate,
+        Field(discriminator="kind"),
+    ]
+    try:
+        TypeAdapter(union).validate_python(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        assert not err["loc"], err  # a tag error: the kind itself
+        return f"certificate: {err['msg']} (got {short_repr(err.get('input'))})"
+    raise AssertionError("the union accepted it")
+
+
+@pytest.mark.parametrize(
+    "kind", [None, 3, 1.5, True, "x", "Blackbox", "", ["blackbox"], {"kind": "bnn"}, "missing"]
+)
+def test_a_missing_or_unknown_kind_is_worded_as_the_union_words_it(kind):
+    """A certificate's model is chosen by its kind (its module imported then); a kind no model
+    has is the same one line the discriminated union of all kinds gave."""
+    data = json.loads(certificate_bytes(blackbox_cert()))
+    if kind == "missing":
+        del data["kind"]
+    else:
+        data["kind"] = kind
+    with pytest.raises(DataError) as err:
+        parse_certificate(data, source="test")
+    assert str(err.value) == _union_error(data) + "; regenerate the certificate with safecert"
+
+
+def test_a_field_error_names_the_same_path_as_the_union_did():
+    data = json.loads(certificate_bytes(blackbox_cert()))
+    data["result"]["p_star"] = "0.05"
+    with pytest.raises(DataError, match=r"^certificate\.result\.p_star: "):
+        parse_certificate(data, source="test")
+    data = {**json.loads(certificate_bytes(blackbox_cert())), "extra": 1}
+    with pytest.raises(DataError, match=r"^certificate\.extra: is not a certificate field"):
+        parse_certificate(data, source="test")
+
+
+def test_reading_a_blackbox_certificate_builds_no_shield_or_bnn_model(tmp_path):
+    """Each kind's models are imported when that kind is read; naming a class imports its kind."""
+    import subprocess
+    import sys
+
+    path = write_certificate(blackbox_cert(), tmp_path / "c.json")
+    probe = (
+        "import sys\n"
+        "from safecert.certificate import read_certificate\n"
+        f"cert = read_certificate({str(path)!r})\n"
+        "engines = ('safecert.shield', 'safecert.bnn', 'safecert.certificate.')\n"
+        "print(cert.kind, sorted(m for m in sys.modules if m.startswith(engines)))\n"
+        "from safecert.certificate import ShieldCertificate\n"
+        "print(ShieldCertificate.__module__, 'safecert.bnn.result' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines() == [
+        "blackbox ['safecert.certificate.blackbox']",
+        "safecert.certificate.shield False",
+    ]

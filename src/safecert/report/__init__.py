@@ -13,15 +13,15 @@ __all__ = ["render_beside", "write_report", "write_run_report"]
 
 def render_beside(cert_path: Path) -> str:
     """The HTML report of the shield or BNN certificate at ``cert_path`` (its evidence beside it)."""
-    from safecert.certificate import BnnCertificate, ShieldCertificate, read_certificate
+    from safecert.certificate import read_certificate
     from safecert.errors import DataError
 
     cert = read_certificate(cert_path)
-    if isinstance(cert, ShieldCertificate):
+    if cert.kind == "shield":
         from safecert.report.shield import render_shield_report
 
         return render_shield_report(cert, Path(cert_path))
-    if isinstance(cert, BnnCertificate):
+    if cert.kind == "bnn":
         from safecert.report.bnn import render_bnn_report
 
         return render_bnn_report(cert, Path(cert_path))

@@ -29,21 +29,26 @@ convention), in which case two runs with the same seed write identical files.
 Each engine has one module that builds its certificate (``safecert.<engine>.certify``) and one
 checker (``safecert.<engine>.check``) that re-derives the claim from ``parameters`` and the
 evidence; :func:`verify_certificate` dispatches on ``kind``.
+
+Each kind's model lives in a module of its own (:data:`MODELS`), imported when a certificate of
+that kind is made or read, or when its class is named (``from safecert.certificate import
+ShieldCertificate``): a black-box run never builds the shield or BNN result models. To a type
+checker :data:`Certificate` is the union of the kinds (discriminated by ``kind``); at run time it
+is their common base class, :class:`Envelope`, which every parsed certificate is an instance of.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from safecert import __version__
-from safecert.blackbox.result import BlackboxResult, SequentialResult
-from safecert.bnn.result import BnnResult
 from safecert.canonical import canonical_json, to_jsonable
 from safecert.document import (
     MAX_BYTES,
@@ -55,14 +60,24 @@ from safecert.document import (
     sha256_file,
 )
 from safecert.errors import DataError
-from safecert.shield.result import ShieldResult
 from safecert.verification import short_repr
+
+if TYPE_CHECKING:
+    from typing import Annotated, TypeAlias
+
+    from pydantic import Field
+
+    from safecert.certificate.blackbox import BlackboxCertificate, SequentialCertificate
+    from safecert.certificate.bnn import BnnCertificate
+    from safecert.certificate.shield import ShieldCertificate
 
 __all__ = [
     "BlackboxCertificate",
     "BnnCertificate",
     "Certificate",
+    "Envelope",
     "FileDigest",
+    "MODELS",
     "Inputs",
     "SequentialCertificate",
     "ShieldCertificate",
@@ -70,6 +85,7 @@ __all__ = [
     "certificate_bytes",
     "content_sha256",
     "make_certificate",
+    "model_of",
     "read_certificate",
     "read_certificate_bytes",
     "sha256_bytes",
@@ -86,7 +102,9 @@ KINDS = ("blackbox", "sequential", "shield", "bnn")
 MAX_DEPTH = 64
 
 
-class _Envelope(StrictModel):
+class Envelope(StrictModel):
+    """The fields every kind shares; each kind's model adds ``kind``, ``verdict`` and ``result``."""
+
     safecert_version: str
     created_utc: str
     parameters: dict[str, Any]
@@ -94,35 +112,38 @@ class _Envelope(StrictModel):
     seed: int | None
 
 
-class BlackboxCertificate(_Envelope):
-    kind: Literal["blackbox"]
-    verdict: Literal["PASS", "FAIL"]
-    result: BlackboxResult
+#: kind -> (module, class) of its certificate model, imported on first use
+MODELS: dict[str, tuple[str, str]] = {
+    "blackbox": ("safecert.certificate.blackbox", "BlackboxCertificate"),
+    "sequential": ("safecert.certificate.blackbox", "SequentialCertificate"),
+    "shield": ("safecert.certificate.shield", "ShieldCertificate"),
+    "bnn": ("safecert.certificate.bnn", "BnnCertificate"),
+}
+
+if TYPE_CHECKING:
+    Certificate: TypeAlias = Annotated[
+        BlackboxCertificate | SequentialCertificate | ShieldCertificate | BnnCertificate,
+        Field(discriminator="kind"),
+    ]
+else:
+    Certificate = Envelope
 
 
-class SequentialCertificate(_Envelope):
-    kind: Literal["sequential"]
-    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"]
-    result: SequentialResult
+def model_of(kind: str) -> type[Envelope]:
+    """The certificate model of ``kind`` (one of :data:`KINDS`), its module imported now."""
+    module, name = MODELS[kind]
+    model: type[Envelope] = getattr(importlib.import_module(module), name)
+    return model
 
 
-class ShieldCertificate(_Envelope):
-    kind: Literal["shield"]
-    verdict: Literal["PASS", "FAIL", "BOUND"]
-    result: ShieldResult
-
-
-class BnnCertificate(_Envelope):
-    kind: Literal["bnn"]
-    verdict: Literal["SAFE", "UNKNOWN"]
-    result: BnnResult
-
-
-Certificate = Annotated[
-    BlackboxCertificate | SequentialCertificate | ShieldCertificate | BnnCertificate,
-    Field(discriminator="kind"),
-]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(Certificate)
+def __getattr__(name: str) -> Any:
+    """``from safecert.certificate import ShieldCertificate``: the kind's module, imported now."""
+    for module, model in MODELS.values():
+        if model == name:
+            value = getattr(importlib.import_module(module), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module 'safecert.certificate' has no attribute {name!r}")
 
 
 def utc_now() -> str:
@@ -167,16 +188,26 @@ def parse_certificate(data: Any, *, source: str) -> Certificate:
         raise DataError(
             f"{source} holds a JSON {type(data).__name__}, not an object", field="certificate"
         )
+    if "kind" not in data:
+        raise DataError(
+            f"Unable to extract tag using discriminator 'kind' (got {short_repr(data)})",
+            field="certificate",
+            fix="regenerate the certificate with safecert",
+        )
+    kind = data["kind"]
+    if not isinstance(kind, str) or kind not in MODELS:
+        tags = ", ".join(f"'{k}'" for k in KINDS)
+        raise DataError(
+            f"Input tag '{kind}' found using 'kind' does not match any of the expected tags: "
+            f"{tags} (got {short_repr(data)})",
+            field="certificate",
+            fix="regenerate the certificate with safecert",
+        )
     try:
-        cert: Certificate = _ADAPTER.validate_python(data)
-        return cert
+        return cast("Certificate", model_of(kind).model_validate(data))
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = [str(p) for p in err["loc"]]
-        # the union adds the kind as a path element: certificate.result.x, not certificate.bnn.result.x
-        if loc and loc[0] in KINDS:
-            loc = loc[1:]
-        where = ".".join(["certificate", *loc])
+        where = ".".join(["certificate", *(str(p) for p in err["loc"])])
         if err["type"] == "missing":
             raise DataError(
                 "is missing", field=where, fix="a certificate has no optional fields"

@@ -9,13 +9,14 @@ reach the cap undecided (INCONCLUSIVE).
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
-from rich.console import Console
 
 from safecert.api import certify_blackbox as certify  # writes the report too
 from safecert.certificate import read_certificate
+from safecert.cli.output import Console
 from tests.blackbox.pipeline_helpers import write_run
 from tests.report.browser import dump_dom, needs_chromium
 from tests.report.test_views import CONFIG
@@ -81,10 +82,10 @@ def test_the_console_summary_shows_the_decisions_counts_and_bounds(run, monkeypa
     from safecert.cli import blackbox
 
     cert = read_certificate(run / "certificate.json")
-    out = Console(width=220, record=True)
-    monkeypatch.setattr(blackbox, "console", out)
+    out = io.StringIO()
+    monkeypatch.setattr(blackbox, "console", Console(file=out))
     blackbox._verdict_table(cert)
-    text = out.export_text()
+    text = out.getvalue()
     assert "N at decision" in text and "e-process UB" in text
     failing = next(c for c in cert.result.cells if c.decision == "FAIL")
     row = next(line for line in text.splitlines() if "FAIL" in line and "│" in line)
@@ -107,10 +108,10 @@ def test_the_rejudge_summary_is_titled_rejudge(monkeypatch, tmp_path):
     certify(config, folder / "out", workers=1, progress=False, report=False)
     from safecert.cli.main import main
 
-    out = Console(width=220, record=True)
-    monkeypatch.setattr(blackbox, "console", out)
+    out = io.StringIO()
+    monkeypatch.setattr(blackbox, "console", Console(file=out))
     main(["rejudge", str(folder / "out"), "--budget", "6", "--p-star", "0.9"])
-    text = out.export_text()
+    text = out.getvalue()
     assert "safecert rejudge (post hoc): p* = 0.9" in text and "safecert certify" not in text
 
 
@@ -119,18 +120,18 @@ def test_the_console_summary_names_out_of_space_actions(run, monkeypatch):
     from safecert.cli import blackbox
 
     cert = read_certificate(run / "certificate.json")
-    out = Console(width=220, record=True)
-    monkeypatch.setattr(blackbox, "console", out)
+    out = io.StringIO()
+    monkeypatch.setattr(blackbox, "console", Console(file=out))
     blackbox._verdict_table(cert)
-    assert "out-of-space" not in out.export_text()
+    assert "out-of-space" not in out.getvalue()
     r = cert.result
     kinds = {"action_out_of_space": FailureKind(count=3, example="action 7 not in Discrete(2)")}
     failures = r.oracle_failures.model_copy(update={"total": 3, "kinds": kinds})
     cert = cert.model_copy(update={"result": r.model_copy(update={"oracle_failures": failures})})
-    out = Console(width=220, record=True)
-    monkeypatch.setattr(blackbox, "console", out)
+    out = io.StringIO()
+    monkeypatch.setattr(blackbox, "console", Console(file=out))
     blackbox._verdict_table(cert)
-    text = out.export_text()
+    text = out.getvalue()
     assert "failed episodes: 3/" in text and "ended by an action outside the action space" in text
     assert "action 7 not in Discrete(2)" in text
     assert f"action_out_of_space = {r.action_out_of_space}" in text

@@ -3,13 +3,19 @@ deadline, on the same reusable workers as the threaded form."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import anyio
 import pytest
 
-from safecert.shield.deadline import DeadlineExceeded, acall_with_deadline, wait_on_loop
+from safecert.shield.deadline import (
+    DeadlineExceeded,
+    acall_with_deadline,
+    call_with_deadline,
+    wait_on_loop,
+)
 
 
 async def _loop_goes_on_while_a_hung_call_misses_its_deadline(hang, timeout_s: float) -> None:
@@ -90,3 +96,14 @@ def test_a_task_that_waits_on_the_loop_first_gets_the_same_answers_and_deadline(
 
 def _boom() -> None:
     raise KeyError("phi broke")
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_user_code_runs_on_a_worker_whose_wake_up_does_not_preempt_its_caller():
+    """The worker runs under ``SCHED_BATCH`` (its wake-up leaves the caller running until it
+    waits); the caller's own policy is left as it was, on both the threaded and the awaited
+    route."""
+    before = os.sched_getscheduler(0)
+    assert call_with_deadline(os.sched_getscheduler, (0,), 5.0) == os.SCHED_BATCH
+    assert anyio.run(acall_with_deadline, os.sched_getscheduler, (0,), 5.0) == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == before

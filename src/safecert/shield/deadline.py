@@ -5,11 +5,13 @@ hang. :func:`call_with_deadline` runs it on a reusable daemon worker thread and 
 deadline, so a hung callable costs its own call the deadline (the caller then fails closed) and
 holds no lock, worker or pool slot any other call needs.
 
-A hand-off is two thread wake-ups (the worker's and the caller's) and nothing more: each worker
-has a pair of plain locks — ``go``, on which it waits for a job, and ``done``, on which its caller
-waits for the answer — that are reused from call to call, so a call allocates no queue, event or
-future, and a wake-up is one futex operation. Workers are kept in a pool and reused while they
-answer in time; the caller puts its worker back once it has read the answer. Awaited on an event
+A hand-off is two thread wake-ups (the worker's and the caller's): each worker has a pair of
+plain locks — ``go``, on which it waits for a job, and ``done``, on which its caller waits for
+the answer — reused from call to call, so a call allocates no queue, event or future. Workers are
+kept in a pool and reused while they answer in time; the caller puts its worker back once it has
+read the answer. A worker's wake-up does not preempt its caller (``SCHED_BATCH`` on Linux): the
+caller first goes on to wait, which lets go of the GIL, instead of being switched out for a worker
+that would only find the GIL held (a third of a hand-off's CPU time). Awaited on an event
 loop (:func:`acall_with_deadline`) the answer comes back through the loop (a wake-up of its
 self-pipe and two loop iterations more), unless the awaiting task asked, with
 :func:`wait_on_loop`, to wait for it on the loop's own thread first for a short while: the loop
@@ -21,14 +23,17 @@ wait on the same loop.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-#: the wait on the loop's thread a one-caller loop asks for (:func:`wait_on_loop`)
-LOOP_WAIT_S = 0.001
+#: the wait on the loop's thread a one-caller loop asks for (:func:`wait_on_loop`). Not shorter:
+#: a lock waited for with a timeout under about 5 ms took 8–10 µs longer to be woken (p50 of a
+#: hand-off 19–20 µs at 1 ms, 7–10 µs at 5–50 ms; ``benchmarks/RESULTS_guard.md``)
+LOOP_WAIT_S = 0.01
 _LOOP_WAIT: ContextVar[float] = ContextVar("safecert_deadline_loop_wait", default=0.0)
 
 Answer = tuple[bool, Any]  # (returned, value or the exception raised)
@@ -68,6 +73,7 @@ class _Worker:
         threading.Thread(target=self._run, daemon=True, name="safecert-deadline").start()
 
     def _run(self) -> None:
+        _no_wakeup_preemption()
         go, done, mutex = self.go, self.done, self.mutex
         while True:
             go.acquire()
@@ -116,6 +122,17 @@ class _Worker:
                 return self.take()
             self.notify = notify
             return None
+
+
+def _no_wakeup_preemption() -> None:
+    """Put the calling thread under ``SCHED_BATCH`` (Linux; elsewhere nothing): same priority
+    and CPU share, but its wake-up does not preempt the thread that woke it. Its caller then goes
+    on to wait for the answer — which lets go of the GIL — before the worker runs; otherwise the
+    worker runs at once, finds the GIL held, and both threads are switched out and in again."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused: the default policy still works
+        pass
 
 
 _idle: list[_Worker] = []  # list.append/pop are atomic under the GIL

@@ -102,3 +102,25 @@ def test_a_table_on_a_terminal_has_a_bold_header_and_the_same_cells():
     assert "\x1b[1m" in styled
     plain = styled.replace("\x1b[1m", "").replace("\x1b[3m", "").replace("\x1b[0m", "")
     assert plain == _ours("t", ["name", "n"], [["a", 1]])
+
+
+def test_a_table_wider_than_the_terminal_is_fitted_and_loses_no_character(monkeypatch):
+    """On a terminal the widest columns are narrowed and their text wrapped, never cut: every
+    line fits and each cell's characters are all still there, in order."""
+    from safecert.cli import output
+
+    monkeypatch.setattr(output, "_columns", lambda stream: 40)
+    detail = "'b7ddbb864ae0a83ab1190fdcf11ee8ff4868bca936be796fe' (config.toml)"
+    rows = [["config sha256 (examples/vendors/cheetah.toml)", "yes", detail], ["seed", "yes", "0"]]
+    out = _Terminal()
+    Console(file=out).print(
+        table("verify runs/one/certificate.json: 2 checks", ["name", "ok", "detail"], rows)
+    )
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    lines = plain.splitlines()
+    assert max(map(len, lines)) <= 40 and len(lines) > 8
+    body = [line.split("│") for line in lines if line.startswith("│")]
+    for column, text in ((1, rows[0][0]), (3, detail)):
+        shown = "".join(cells[column].strip() for cells in body[:-1])
+        assert shown.replace(" ", "") == text.replace(" ", "")
+    assert _ours("t", ["name"], [["x" * 100]]).count("\n") == 6  # not a terminal: 1 line a row

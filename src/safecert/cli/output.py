@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import sys
 import unicodedata
@@ -52,8 +54,8 @@ class Console:
     only when the stream is a terminal. Importing Rich, which this replaced, took about 40 ms
     and rendering a table 15 ms more — a quarter of ``safecert bound``'s start-up.
 
-    A line is printed as it is, never wrapped to the terminal's width (a CI log or a pipe gets
-    each line whole); :meth:`print` turns the tags of :data:`_MARKUP` into styles (``markup=False``
+    A line is printed as it is, never wrapped (a CI log or a pipe gets each line whole; a table
+    is fitted to a terminal's width, :meth:`Table.render`); :meth:`print` turns the tags of :data:`_MARKUP` into styles (``markup=False``
     prints the text as it is, brackets and all). ``file``: another stream (tests)."""
 
     def __init__(self, *, stderr: bool = False, file: TextIO | None = None) -> None:
@@ -72,7 +74,7 @@ class Console:
         del highlight
         styled = _isatty(self.file)
         if isinstance(text, Table):
-            shown = text.render(styled=styled)
+            shown = text.render(styled=styled, width=_columns(self.file) if styled else None)
         elif markup:
             shown = _MARKUP.sub(lambda m: _style(m.group(1)) if styled else "", str(text))
         else:
@@ -90,6 +92,17 @@ class Console:
 def _isatty(stream: TextIO) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width in cells: ``COLUMNS`` when set, else the terminal's own, else 80."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 80
 
 
 def _style(tag: str) -> str:
@@ -139,46 +152,76 @@ class Table:
     """A boxed text table, drawn as Rich drew ``Table(title=…, title_justify="left")`` with its
     default box when it fits the terminal: the title word-wrapped to the table's width above a
     heavy-ruled header, one line per row (a cell's own lines stacked), right-justified columns
-    as asked. Widths count terminal cells (a wide character 2, a combining mark 0). A table
-    wider than the terminal is drawn whole, not squeezed."""
+    as asked. Widths count terminal cells (a wide character 2, a combining mark 0).
+
+    :meth:`render` with a ``width`` (a terminal's) narrows the widest columns until the table
+    fits and wraps their text onto more lines — every character is still shown, none is cut to
+    an ellipsis; without one (a pipe, a CI log) the table is drawn at its natural width."""
 
     def __init__(self, title: str, columns: list[tuple[str, bool]], rows: list[list[str]]) -> None:
         self.title = title
         self.columns = columns  #: (header, right-justified)
         self.rows = rows
 
-    def render(self, *, styled: bool = False) -> str:
+    def render(self, *, styled: bool = False, width: int | None = None) -> str:
+        heads = [[h] for h, _ in self.columns]
+        right = [r for _, r in self.columns]
         cells = [[cell.split("\n") for cell in row] for row in self.rows]
         widths = [
-            max([_width(header), *(_width(line) for row in cells for line in row[i])])
-            for i, (header, _) in enumerate(self.columns)
+            max([_width(head[0]), *(_width(line) for row in cells for line in row[i])])
+            for i, head in enumerate(heads)
         ]
-        right = [r for _, r in self.columns]
+        if width is not None and sum(widths) + 3 * len(widths) + 1 > width:
+            widths = _narrowed(widths, width - 3 * len(widths) - 1)
+            heads = [_folded(head, w) for head, w in zip(heads, widths, strict=True)]
+            cells = [[_folded(c, w) for c, w in zip(row, widths, strict=True)] for row in cells]
+        bold, italic, plain = ("\x1b[1m", "\x1b[3m", "\x1b[0m") if styled else ("", "", "")
 
-        def line(texts: list[str], bar: str) -> str:
-            padded = [
-                " " * (w - _width(t)) + t if r else t + " " * (w - _width(t))
-                for t, w, r in zip(texts, widths, right, strict=True)
-            ]
-            return bar + bar.join(f" {p} " for p in padded) + bar
+        def block(row: list[list[str]], bar: str, style: str = "") -> list[str]:
+            lines = []
+            for k in range(max(len(c) for c in row)):
+                texts = [c[k] if k < len(c) else "" for c in row]
+                padded = [
+                    " " * (w - _width(t)) + t if r else t + " " * (w - _width(t))
+                    for t, w, r in zip(texts, widths, right, strict=True)
+                ]
+                end = plain if style else ""
+                lines.append(bar + bar.join(f" {style}{p}{end} " for p in padded) + bar)
+            return lines
 
         def rule(left: str, fill: str, mid: str, end: str) -> str:
             return left + mid.join(fill * (w + 2) for w in widths) + end
 
         total = sum(widths) + 3 * len(widths) + 1
-        bold, italic, plain = ("\x1b[1m", "\x1b[3m", "\x1b[0m") if styled else ("", "", "")
-        out = [italic + t + plain for t in _wrap(self.title, total)]
+        out = [italic + t + " " * (total - _width(t)) + plain for t in _wrap(self.title, total)]
         out.append(rule("┏", "━", "┳", "┓"))
-        header = line([h for h, _ in self.columns], "┃")
-        out.append(
-            header.replace("┃ ", "┃ " + bold).replace(" ┃", plain + " ┃") if styled else header
-        )
+        out += block(heads, "┃", bold)
         out.append(rule("┡", "━", "╇", "┩"))
         for row in cells:
-            for k in range(max(len(c) for c in row) if row else 0):
-                out.append(line([c[k] if k < len(c) else "" for c in row], "│"))
+            out += block(row, "│")
         out.append(rule("└", "─", "┴", "┘"))
         return "\n".join(out)
+
+
+#: the narrowest a column is made to fit a terminal
+_MIN_COLUMN = 4
+
+
+def _narrowed(widths: list[int], room: int) -> list[int]:
+    """``widths`` with the widest column narrowed by one cell at a time until they sum to at
+    most ``room`` (or every column is down to :data:`_MIN_COLUMN`)."""
+    widths = list(widths)
+    while sum(widths) > room:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        if widths[widest] <= _MIN_COLUMN:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def _folded(lines: list[str], width: int) -> list[str]:
+    """Each of ``lines`` word-wrapped to ``width`` cells (a longer word cut across lines)."""
+    return [piece.rstrip() for line in lines for piece in _wrap(line, width)]
 
 
 def _width(text: str) -> int:
@@ -208,7 +251,7 @@ def _chop(word: str, width: int) -> list[str]:
 
 def _wrap(text: str, width: int) -> list[str]:
     """Word wrap to ``width`` cells as Rich wraps a title: greedy, a word keeps the spaces after
-    it, a word wider than a line is cut across lines; every line padded to ``width``."""
+    it, a word wider than a line is cut across lines."""
     lines: list[str] = []
     for part in text.split("\n"):
         breaks: list[int] = []
@@ -232,8 +275,7 @@ def _wrap(text: str, width: int) -> list[str]:
                 used = _width(word)
         for a, b in zip([0, *breaks], [*breaks, len(part)], strict=True):
             line = part[a:b]
-            line = line[: _fits(line, width)]
-            lines.append(line + " " * (width - _width(line)))
+            lines.append(line[: _fits(line, width)])
     return lines
 
 

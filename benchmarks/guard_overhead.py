@@ -5,26 +5,28 @@ direct call of the same upstream MCP server, and in process (``guarded``) agains
 Everything runs in this process on the payments example (``examples/payments``): the upstream is
 its tools server, the shield its certificate's, re-certified here for a horizon of
 ``--per-session`` calls so that no measured call is blocked (every one is forwarded and executed).
-One **repeat** is one session of ``--per-session`` timed calls to each arm — the direct upstream,
-the gateway (one per ``--build``), the bare and the ``guarded`` Python call — in an order that
-rotates from repeat to repeat, so a change of the shared machine's load falls on every arm; the
-figures are the median [min–max] over repeats of each arm's per-session p50 and p99, and of the
-gateway's overhead over the direct call of the same repeat; ``pooled`` lines give each arm's p50
-and p99 over all its timed calls together (a p99 of ``repeats × per-session`` calls, steadier than
-one session's second-largest value) and their difference from the baseline's. The ``relay`` arm puts a bare line
+One **repeat** opens one session to each arm — the direct upstream, a bare relay, the gateway (one
+per ``--build``) — from the same client, and then makes ``--per-session`` rounds of calls: in each
+round one call to every arm, in an order that rotates from round to round, and one bare and one
+``guarded`` Python call. The arms' calls are **interleaved**, so whatever the shared machine does
+falls on all of them alike, and every gateway call has a direct call made just before or after it:
+``paired`` is the median over all calls of (arm − direct) of the same round. Per repeat, each
+arm's p50 and p99 and their difference from the direct call's; ``pooled`` gives each arm's p50
+and p99 over all its timed calls (a p99 of ``repeats × per-session`` calls). The ``relay`` arm puts a bare line
 relay (:data:`RELAY`: a Python asyncio process that starts the upstream and copies lines both
 ways, nothing else) where the gateway sits: what any process in the path costs on this machine,
 so the gateway's own share is its overhead beyond the relay's. Each MCP timing is one
-``call_tool("lookup_invoice")`` round trip from the same real ``mcp.ClientSession``; φ and the
+``call_tool("lookup_invoice")`` round trip from a real ``mcp.ClientSession``; φ and the
 action map run under their deadline as in production (φ reads the whole history, so its cost grows
 with the session: 100 calls is far above the example's T = 6). Session start-up (processes,
 handshake) is not timed. ``--action-map rules`` serves the example's rules file (``actions.toml``,
 the same answers as ``phi:action``, evaluated without a deadline hand-off); ``python`` (the
-default) its Python action map. ``--build NAME=SRC`` adds a gateway run from another source tree
+default) its Python action map; ``both`` runs a gateway with each (arms ``gateway[NAME:rules]``
+and ``gateway[NAME:python]``). ``--build NAME=SRC`` adds a gateway run from another source tree
 (e.g. ``old=/tmp/old/src``, a ``git archive`` of an earlier commit) beside this one (``new``).
 
     .venv/bin/python benchmarks/guard_overhead.py [--repeats 10] [--per-session 100]
-        [--action-map python|rules] [--build old=/tmp/old/src] [--json]
+        [--action-map python|rules|both] [--build old=/tmp/old/src] [--json]
 
 Writes ``benchmarks/out/guard_overhead.json``; figures go to ``benchmarks/RESULTS_guard.md``.
 """
@@ -32,6 +34,7 @@ Writes ``benchmarks/out/guard_overhead.json``; figures go to ``benchmarks/RESULT
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -39,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
@@ -95,32 +99,48 @@ def _prepare(work: Path, calls: int) -> None:
     certify_shield(work / "model.toml", PAYMENTS / "steps.jsonl", work / "cert")
 
 
-async def _mcp_timings(
-    command: list[str], cwd: Path, calls: int, src: Path | None = None
-) -> tuple[list[int], float]:
-    """Round trips of ``calls`` timed calls (ns), and the CPU time per call of the server
-    process the client started (ns; the gateway's own, not its upstream's)."""
+async def _interleaved(
+    arms: dict[str, tuple[list[str], Path | None]],
+    cwd: Path,
+    calls: int,
+    inprocess: Any,
+) -> tuple[dict[str, list[int]], dict[str, float]]:
+    """One session to every arm (``name -> (command, src tree or None)``), then ``calls``
+    rounds: one timed call to every arm in an order rotating from round to round, and one call of
+    ``inprocess()`` (which times the Python arms itself). The round trips per arm (ns), and the
+    CPU time per call of each server process the client started (ns; not its upstream's)."""
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
-    params = StdioServerParameters(command=command[0], args=command[1:], cwd=str(cwd), env=env)
-    out: list[int] = []
-    async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
-        await s.initialize()
-        for _ in range(WARMUP):
-            await s.call_tool("lookup_invoice", {"invoice": "INV-001"})
-        (server,) = _children(os.getpid())  # the process the client started
-        cpu0 = _cpu_ns(server)
-        for _ in range(calls):
-            t0 = time.perf_counter_ns()
-            res = await s.call_tool("lookup_invoice", {"invoice": "INV-001"})
-            out.append(time.perf_counter_ns() - t0)
-            assert not res.is_error, res
-        cpu = _cpu_ns(server) - cpu0
-    return out, cpu / calls
+    names = list(arms)
+    out: dict[str, list[int]] = {name: [] for name in names}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions, servers = {}, {}
+        for name, (command, src) in arms.items():
+            env = dict(os.environ)
+            if src is not None:
+                env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+            before = set(_children(os.getpid()))
+            params = StdioServerParameters(
+                command=command[0], args=command[1:], cwd=str(cwd), env=env
+            )
+            r, w = await stack.enter_async_context(stdio_client(params))
+            session = await stack.enter_async_context(ClientSession(r, w))
+            await session.initialize()
+            for _ in range(WARMUP):
+                await session.call_tool("lookup_invoice", {"invoice": "INV-001"})
+            (servers[name],) = set(_children(os.getpid())) - before  # the process started
+            sessions[name] = session
+        cpu0 = {name: _cpu_ns(pid) for name, pid in servers.items()}
+        for k in range(calls):
+            for name in names[k % len(names) :] + names[: k % len(names)]:
+                t0 = time.perf_counter_ns()
+                res = await sessions[name].call_tool("lookup_invoice", {"invoice": "INV-001"})
+                out[name].append(time.perf_counter_ns() - t0)
+                assert not res.is_error, (name, res)
+            inprocess()
+        cpu = {name: (_cpu_ns(pid) - cpu0[name]) / calls for name, pid in servers.items()}
+    return out, cpu
 
 
 def _children(pid: int) -> list[int]:
@@ -145,7 +165,9 @@ def _cpu_ns(pid: int) -> int:
     return total
 
 
-def _inprocess_timings(work: Path, calls: int, rules: bool) -> tuple[list[int], list[int]]:
+def _inprocess(work: Path, rules: bool) -> tuple[Any, list[int], list[int]]:
+    """A function that times one bare and one ``guarded`` call of the tool (appending to the two
+    lists returned with it); the guarded tool is warmed up."""
     if str(work) not in sys.path:
         sys.path.insert(0, str(work))
     import phi
@@ -154,20 +176,23 @@ def _inprocess_timings(work: Path, calls: int, rules: bool) -> tuple[list[int], 
     from safecert.shield.action_rules import load_action_rules
     from safecert.shield.adapters import guarded
 
-    bare, guard = [], []
+    bare: list[int] = []
+    guard: list[int] = []
     action = load_action_rules(work / "actions.toml") if rules else phi.action
     g = guarded([tools_server.lookup_invoice], work / "cert" / "certificate.json", phi.phi,
                 action_map=action)  # fmt: skip
     for _ in range(WARMUP):
         g.lookup_invoice(invoice="INV-001")
-    for _ in range(calls):
+
+    def once() -> None:
         t0 = time.perf_counter_ns()
         tools_server.lookup_invoice(invoice="INV-001")
         bare.append(time.perf_counter_ns() - t0)
         t0 = time.perf_counter_ns()
         g.lookup_invoice(invoice="INV-001")
         guard.append(time.perf_counter_ns() - t0)
-    return bare, guard
+
+    return once, bare, guard
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -178,64 +203,69 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--per-session", type=int, default=100)
-    ap.add_argument("--action-map", choices=["python", "rules"], default="python")
+    ap.add_argument("--action-map", choices=["python", "rules", "both"], default="python")
     ap.add_argument("--build", action="append", default=[], metavar="NAME=SRC")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rules = args.action_map == "rules"
     builds: dict[str, Path | None] = {"new": None}
     for spec in args.build:
         name, _, src = spec.partition("=")
         builds[name] = Path(src).resolve()
-    serve = [
-        sys.executable, "-c", "import sys; from safecert.cli.main import main; sys.exit(main())",
-        "shield", "serve", "--certificate", "cert/certificate.json",
-        "--upstream", "python tools_server.py", "--abstraction", "phi:phi",
-        "--action-map", "actions.toml" if rules else "phi:action",
-    ]  # fmt: skip
+    maps = ["rules", "python"] if args.action_map == "both" else [args.action_map]
+
+    def serve(mapping: str) -> list[str]:
+        return [
+            sys.executable, "-c", "import sys; from safecert.cli.main import main; sys.exit(main())",
+            "shield", "serve", "--certificate", "cert/certificate.json",
+            "--upstream", "python tools_server.py", "--abstraction", "phi:phi",
+            "--action-map", "actions.toml" if mapping == "rules" else "phi:action",
+        ]  # fmt: skip
+
+    arms: dict[str, tuple[list[str], Path | None]] = {
+        "direct": ([sys.executable, "tools_server.py"], None),
+        "relay": ([sys.executable, "-c", RELAY], None),
+    }
+    for b, src in builds.items():
+        for m in maps:
+            arms[f"gateway[{b}:{m}]" if len(maps) > 1 else f"gateway[{b}]"] = (serve(m), src)
     per = args.per_session
-    arms = ["direct", "relay", *(f"gateway[{b}]" for b in builds), "python"]
     rounds: list[dict[str, dict[str, float]]] = []
     pooled: dict[str, list[int]] = {}  # every timed call of an arm, all repeats together
+    paired: dict[str, list[int]] = {}  # arm − direct, call by call (same round)
     loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         _prepare(work, per)
         for r in range(args.repeats):
             loads.append(os.getloadavg()[0])
-            order = arms[r % len(arms) :] + arms[: r % len(arms)]
+            print(f"repeat {r + 1}/{args.repeats} …", file=sys.stderr, flush=True)
+            once, bare, guard = _inprocess(work, maps[-1] == "rules")
+            ns, cpu = anyio.run(_interleaved, arms, work, per, once)
             got: dict[str, dict[str, float]] = {}
-            for arm in order:
-                print(f"repeat {r + 1}/{args.repeats}: {arm} …", file=sys.stderr, flush=True)
-                if arm == "python":
-                    bare, guard = _inprocess_timings(work, per, rules)
-                    got["python_bare"], got["python_guarded"] = _stats(bare), _stats(guard)
-                    pooled.setdefault("python_bare", []).extend(bare)
-                    pooled.setdefault("python_guarded", []).extend(guard)
-                    continue
-                if arm == "direct":
-                    ns, cpu = anyio.run(
-                        _mcp_timings, [sys.executable, "tools_server.py"], work, per
-                    )
-                elif arm == "relay":
-                    ns, cpu = anyio.run(_mcp_timings, [sys.executable, "-c", RELAY], work, per)
-                else:
-                    src = builds[arm[len("gateway[") : -1]]
-                    ns, cpu = anyio.run(_mcp_timings, serve, work, per, src)
-                got[arm] = {**_stats(ns), "cpu_per_call_us": cpu / 1000.0}
-                pooled.setdefault(arm, []).extend(ns)
+            for arm, times in ns.items():
+                got[arm] = {**_stats(times), "cpu_per_call_us": cpu[arm] / 1000.0}
+                pooled.setdefault(arm, []).extend(times)
+                paired.setdefault(arm, []).extend(
+                    t - d for t, d in zip(times, ns["direct"], strict=True)
+                )
+            got["python_bare"], got["python_guarded"] = _stats(bare), _stats(guard)
+            pooled.setdefault("python_bare", []).extend(bare)
+            pooled.setdefault("python_guarded", []).extend(guard)
+            paired.setdefault("python_guarded", []).extend(
+                g - b for g, b in zip(guard, bare, strict=True)
+            )
             d = got["direct"]
-            got["overhead[relay]"] = {q: got["relay"][q] - d[q] for q in ("p50_us", "p99_us")}
-            for b in builds:
-                g = got[f"gateway[{b}]"]
-                got[f"overhead[{b}]"] = {q: g[q] - d[q] for q in ("p50_us", "p99_us")}
+            for arm in ns:
+                if arm != "direct":
+                    got[f"overhead:{arm}"] = {q: got[arm][q] - d[q] for q in ("p50_us", "p99_us")}
             g, d = got["python_guarded"], got["python_bare"]
-            got["overhead[python]"] = {q: g[q] - d[q] for q in ("p50_us", "p99_us")}
+            got["overhead:python"] = {q: g[q] - d[q] for q in ("p50_us", "p99_us")}
             rounds.append(got)
     res = {
         "repeats": args.repeats,
         "per_session": per,
         "action_map": args.action_map,
+        "method": "interleaved: every round one call to each arm, rotating order",
         "builds": {k: str(v) if v else "this tree" for k, v in builds.items()},
         "load_average_1min": _summary(loads),
         "figures_us": {
@@ -243,6 +273,11 @@ def main() -> None:
             for key, value in rounds[0].items()
         },
         "pooled_us": {arm: _stats(ns) for arm, ns in pooled.items()},
+        "paired_median_us": {
+            arm: float(np.median(np.asarray(v) / 1000.0))
+            for arm, v in paired.items()
+            if arm != "direct"
+        },
         "rounds": rounds,
     }
     out = ROOT / "benchmarks" / "out"
@@ -251,20 +286,22 @@ def main() -> None:
     if args.json:
         print(json.dumps(res, indent=2))
         return
-    print(f"µs, median [min–max] over {args.repeats} repeats of {per} calls "
+    print(f"µs, median [min–max] over {args.repeats} repeats of {per} interleaved rounds "
           f"({args.action_map} action map)")  # fmt: skip
     for key, v in res["figures_us"].items():
         cells = "  ".join(
             f"{q.removesuffix('_us')} {v[q]['median']:9.1f} [{v[q]['min']:.1f}–{v[q]['max']:.1f}]"
             for q in v
         )
-        print(f"{key:18s} {cells}")
+        print(f"{key:26s} {cells}")
     pool = res["pooled_us"]
     for arm in pool:
         base = pool["python_bare" if arm.startswith("python") else "direct"]
-        print(f"pooled {arm:18s} p50 {pool[arm]['p50_us']:9.1f} (+{pool[arm]['p50_us'] - base['p50_us']:.1f})  "
-              f"p99 {pool[arm]['p99_us']:9.1f} (+{pool[arm]['p99_us'] - base['p99_us']:.1f})  "
+        print(f"pooled {arm:24s} p50 {pool[arm]['p50_us']:9.1f} ({pool[arm]['p50_us'] - base['p50_us']:+.1f})  "
+              f"p99 {pool[arm]['p99_us']:9.1f} ({pool[arm]['p99_us'] - base['p99_us']:+.1f})  "
               f"n {pool[arm]['n']}")  # fmt: skip
+    for arm, v in res["paired_median_us"].items():
+        print(f"paired median {arm:24s} {v:+9.1f}")
     load = res["load_average_1min"]
     print(f"load average {load['min']:.1f}–{load['max']:.1f} (median {load['median']:.1f}) "
           f"on {os.cpu_count()} CPUs")  # fmt: skip

@@ -128,7 +128,8 @@ def _no_wakeup_preemption() -> None:
     """Put the calling thread under ``SCHED_BATCH`` (Linux; elsewhere nothing): same priority
     and CPU share, but its wake-up does not preempt the thread that woke it. Its caller then goes
     on to wait for the answer — which lets go of the GIL — before the worker runs; otherwise the
-    worker runs at once, finds the GIL held, and both threads are switched out and in again."""
+    worker runs at once, finds the GIL held, and both threads are switched out and in again.
+    The user code run on the worker (and any process it starts) runs under that policy too."""
     try:
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     except (AttributeError, OSError):  # not Linux, or refused: the default policy still works

@@ -10,6 +10,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -458,3 +459,27 @@ def test_a_client_writing_without_reading_is_held_back_and_every_request_is_answ
     assert [a["result"].get("isError") is True for a in calls[:HORIZON]] == [False] * HORIZON
     assert all(f"horizon T = {HORIZON}" in _text(a) for a in calls[HORIZON:])
     assert len(gw.executed()) == HORIZON
+
+
+def test_sigterm_while_a_client_that_does_not_read_holds_the_gateway_back_ends_it(work):
+    """The client writes 10,000 calls and reads nothing: the gateway is held at its in-flight
+    bound with answers it cannot write. SIGTERM still ends it (143) after its shutdown grace."""
+    line = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+         "params": {"name": "lookup_invoice", "arguments": {"invoice": "INV-001"}}}
+    ).encode() + b"\n"  # fmt: skip
+    gw = Gateway(work).start()
+    try:
+        assert gw.proc.stdin is not None
+        fd = gw.proc.stdin.fileno()
+        writer = threading.Thread(
+            target=lambda: [os.write(fd, line) for _ in range(10_000)], daemon=True
+        )
+        writer.start()
+        writer.join(3)
+        assert writer.is_alive()  # held back: the gateway stopped reading
+        gw.proc.send_signal(signal.SIGTERM)
+        assert gw.proc.wait(DEADLINE_S) == 128 + signal.SIGTERM
+    finally:
+        gw.proc.kill()
+    assert len(gw.executed()) <= HORIZON  # nothing past the horizon ran meanwhile

@@ -261,9 +261,10 @@ class _Calls:
         import anyio
 
         with anyio.CancelScope(shield=True):
-            for task in list(self.tasks):
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+            while self.tasks:  # (a call that ends lets a held line in: it is cancelled unstarted)
+                for task in list(self.tasks):
+                    task.cancel()
+                await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.failed:
             raise self.failed[0]
 

@@ -9,6 +9,7 @@ failure reasons, either way. :func:`failure_kind` groups failure reasons for the
 
 from __future__ import annotations
 
+from operator import le as _le
 from typing import Any
 
 import gymnasium as gym
@@ -90,26 +91,36 @@ class BoxBatch:
     ``ok(actions)`` is True when every row is already an action of the space as it stands:
     float64, of ``space.shape`` and inside the bounds, compared in float64 (NaN is never inside).
     Then no row needs :func:`to_action`; otherwise :func:`to_action` judges each row. Small
-    batches are compared as Python floats (a few numpy calls cost more than the comparisons)."""
+    batches are compared as Python floats (a few numpy calls cost more than the comparisons):
+    ``low <= value`` and ``value <= high`` for every value, against the bounds repeated once per
+    row (kept per batch length)."""
 
     SMALL = 256  # values per batch up to which Python compares faster than numpy
 
     def __init__(self, space: spaces.Box) -> None:
         self.shape = space.shape
+        self.dtype = np.dtype(np.float64)
         self.low = np.asarray(space.low, dtype=np.float64)
         self.high = np.asarray(space.high, dtype=np.float64)
-        self.lows, self.highs = self.low.ravel().tolist(), self.high.ravel().tolist()
+        self._bounds: dict[int, tuple[list[float], list[float]]] = {}
+
+    def _repeated(self, rows: int) -> tuple[list[float], list[float]]:
+        bounds = self._bounds.get(rows)
+        if bounds is None:
+            bounds = self._bounds[rows] = (
+                self.low.ravel().tolist() * rows,
+                self.high.ravel().tolist() * rows,
+            )
+        return bounds
 
     def ok(self, actions: np.ndarray) -> bool:
-        if actions.dtype != np.float64 or actions.shape[1:] != self.shape:
+        if actions.dtype != self.dtype or actions.shape[1:] != self.shape:
             return False
         if actions.size > self.SMALL:
             return bool((actions >= self.low).all()) and bool((actions <= self.high).all())
-        for row in actions.reshape(len(actions), -1).tolist():
-            for low, value, high in zip(self.lows, row, self.highs, strict=True):
-                if not low <= value <= high:
-                    return False
-        return True
+        lows, highs = self._repeated(len(actions))
+        values = actions.ravel().tolist()
+        return all(map(_le, lows, values)) and all(map(_le, values, highs))
 
 
 class DiscreteBatch:

@@ -13,6 +13,13 @@ A failed oracle call (:class:`OracleFailure`) ends every episode that was waitin
 failure, with the reason recorded; a reply of the wrong shape (kind ``action_shape``) or, under
 ``spec.action_out_of_space = "fail"``, outside the action space (kind ``action_out_of_space``)
 does too. The cost and the goal are the run's spec expressions (:mod:`safecert.blackbox.spec`).
+
+Per step the loop does only what a step needs: a copy made by ``gym.make`` is stepped below its
+pass-through layers once they have checked what they check, with the time limit applied here
+(:class:`_Layers`); a ``spec.cost`` that reads one ``info`` key is read without building the
+step's scope (``EpisodeSpec.info_cost``); the scope the goal reads is built once, at the
+episode's last step. Same calls, same values, same records (tests/blackbox/test_step_path.py,
+and the committed digests of tests/blackbox/test_rollout_digest.py).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 
 from safecert.blackbox.actions import (
     FAIL_KINDS,
@@ -160,16 +168,67 @@ class SpecFailure(Exception):
 
 
 class _Episode:
-    """Running totals of one live episode."""
+    """Running totals of one live episode, and how it steps its environment copy: ``step``
+    (:class:`_Layers`) and ``observer``, the wrapper holding the true observation (or None)."""
 
-    __slots__ = ("job", "obs", "ret", "cost", "steps", "last")
+    __slots__ = ("job", "obs", "ret", "cost", "steps", "last", "step", "observer")
 
-    def __init__(self, job: EpisodeJob, obs: np.ndarray) -> None:
+    def __init__(
+        self,
+        job: EpisodeJob,
+        obs: np.ndarray,
+        step: Callable[[Any], tuple],
+        observer: Any = None,
+    ) -> None:
         self.job, self.obs = job, obs
         self.ret = 0.0
         self.cost = 0.0
         self.steps = 0
         self.last: dict[str, Any] = {}
+        self.step = step
+        self.observer = observer
+
+
+class _Layers:
+    """``gym.make``'s own outer layers of one environment copy, stepped past where that changes
+    nothing: ``TimeLimit`` (truncates at ``horizon`` steps after a reset), ``OrderEnforcing``
+    (refuses a step before the first reset) and ``PassiveEnvChecker`` (checks the first reset
+    and the first two steps of the copy, then passes every call through), outermost first, each
+    optional, matched by exact type.
+
+    The rollout resets every episode through the whole chain (so every reset is enforced,
+    checked and restarts the time limit) and applies ``horizon`` itself exactly as ``TimeLimit``
+    does (``truncated`` is true on the step that reaches it, before the step's cost is
+    evaluated). :meth:`step_for_episode` is the whole chain's ``step`` until the checker has
+    checked its steps, then the step of the environment below the layers: the same calls with
+    the same results, without three Python calls a step. An environment with anything else on
+    the outside (an envelope wrapper, a remote or user-built environment) is stepped whole."""
+
+    __slots__ = ("env", "inner", "checker", "horizon")
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.horizon: int | None = None
+        self.checker: PassiveEnvChecker | None = None
+        inner = env
+        if type(inner) is TimeLimit:
+            self.horizon = inner._max_episode_steps
+            inner = inner.env
+        if type(inner) is OrderEnforcing:
+            inner = inner.env
+        if type(inner) is PassiveEnvChecker:
+            self.checker = inner
+            inner = inner.env
+        self.inner = inner if inner is not env else None
+
+    def step_for_episode(self) -> Callable[[Any], tuple]:
+        """The step function for the episode just reset through the whole chain."""
+        checker = self.checker
+        if self.inner is None or (
+            checker is not None and not (checker.checked_step and checker.checked_data_reuse)
+        ):
+            return self.env.step
+        return self.inner.step
 
 
 def _check_reads(spec: EpisodeSpec, ep: _Episode, seen_keys: set[Any]) -> None:
@@ -215,7 +274,9 @@ def run_lockstep(
     instead (the pre-run check of :func:`safecert.blackbox.certify.make_context`)."""
     queue = list(reversed(jobs))
     slots: list[_Episode | None] = [None] * len(envs)
+    layers = [_Layers(env) for env in envs]
     spec = episode_spec(config)
+    info_cost = spec.info_cost
     rule = config.spec.action_out_of_space
     max_steps = config.max_steps
     if calls is None:
@@ -254,14 +315,17 @@ def run_lockstep(
         )
 
     def fill(i: int) -> Iterator[EpisodeRecord]:
+        env = envs[i]
         while queue:
             job = queue.pop()
             try:
-                obs, _ = envs[i].reset(seed=job.seed)
+                obs, _ = env.reset(seed=job.seed)
             except OracleFailure as exc:
-                yield record(_Episode(job, np.empty(0)), False, False, exc.reason)
+                yield record(_Episode(job, np.empty(0), env.step), False, False, exc.reason)
                 continue
-            slots[i] = _Episode(job, obs)
+            # the wrapper holding the true observation (an observation perturbation, outermost)
+            observer = env if getattr(env, "true_obs", None) is not None else None
+            slots[i] = _Episode(job, obs, layers[i].step_for_episode(), observer)
             return
         slots[i] = None
 
@@ -294,51 +358,47 @@ def run_lockstep(
         results = step_calls(batch, size)
         raw, accepted, failed = _step_actions(results, n, size, accept)
         for row, (i, ep) in enumerate(running):
-            env = envs[i]
             if failed is not None and failed[row] is not None:
                 yield record(ep, False, False, failed[row])
                 yield from fill(i)
                 continue
+            t = ep.steps
             try:
-                action = (
-                    accepted[row]
-                    if accepted is not None and accepted[row] is not _UNCHECKED
-                    else to_action(env.action_space, raw[row], rule)
-                )
-                obs, reward, terminated, truncated, info = env.step(action)
+                action = _UNCHECKED if accepted is None else accepted[row]
+                if action is _UNCHECKED:
+                    action = to_action(envs[i].action_space, raw[row], rule)
+                obs, reward, terminated, truncated, info = ep.step(action)
                 reward = float(reward)
-                ep.last = step_scope(
-                    true_observation(env, obs),
-                    action,
-                    reward,
-                    info,
-                    terminated,
-                    truncated,
-                    ep.steps,
-                )
+                horizon = layers[i].horizon
+                if horizon is not None and t + 1 >= horizon:
+                    truncated = True  # TimeLimit's own rule, where the rollout steps past it
                 if strict:
                     seen_keys.update(info)
-                cost = spec.step_cost(ep.last)
+                # the spec judges the true observation: the one before an observation perturbation
+                true_obs = obs if ep.observer is None else ep.observer.true_obs
+                cost = None if info_cost is None else info_cost(info)
+                if cost is None:
+                    cost = spec.step_cost(
+                        step_scope(true_obs, action, reward, info, terminated, truncated, t)
+                    )
             except OracleFailure as exc:
                 yield record(ep, False, False, exc.reason)
                 yield from fill(i)
                 continue
             except EvalError as exc:
                 if strict:
-                    raise SpecFailure(
-                        "spec.cost", f"at step {ep.steps + 1}: {exc.reason}"
-                    ) from None
+                    raise SpecFailure("spec.cost", f"at step {t + 1}: {exc.reason}") from None
                 yield record(ep, False, False, f"spec: spec.cost: {exc.reason}")
                 yield from fill(i)
                 continue
-            ep.steps += 1
+            ep.steps = t + 1
             ep.ret += reward
             ep.cost += cost
             ep.obs = obs
-            if max_steps is not None and ep.steps >= max_steps and not terminated:
-                truncated = True
-                ep.last["truncated"] = True
+            if max_steps is not None and t + 1 >= max_steps and not terminated:
+                truncated = True  # after the step's cost, which saw the environment's flag
             if terminated or truncated:
+                ep.last = step_scope(true_obs, action, reward, info, terminated, truncated, t)
                 yield record(ep, bool(terminated), bool(truncated), None)
                 yield from fill(i)
 

@@ -24,7 +24,9 @@ ends its episode as a failure of kind ``spec`` (conservative). An explicit defau
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -88,9 +90,12 @@ class EpisodeSpec:
     cost: Expression
     goal: Expression
     _what: str = field(init=False, repr=False, compare=False)
+    #: the step's cost read from ``info`` alone, or None (:func:`info_reader`)
+    info_cost: Callable[[Any], float | None] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_what", f"spec.cost {self.cost.text!r}")
+        object.__setattr__(self, "info_cost", info_reader(self.cost))
 
     def step_cost(self, scope: dict[str, Any]) -> float:
         """The cost of one step, ``as_number(self.cost.evaluate(scope))``; :class:`EvalError`
@@ -102,6 +107,29 @@ class EpisodeSpec:
         """Whether the episode reached its goal; :class:`EvalError` when it cannot be decided."""
         value = self.goal.evaluate(scope)
         return as_number(value, f"spec.goal {self.goal.text!r}") != 0.0
+
+
+def info_reader(cost: Expression) -> Callable[[Any], float | None] | None:
+    """For a ``spec.cost`` that is one read of ``info`` (``info["KEY"]``, the shorthand
+    ``info:KEY``, or ``info.get("KEY", number)``: :class:`~safecert.expressions.Read`), a function
+    of the step's ``info`` alone: the value read when it is a finite Python float — exactly what
+    :meth:`EpisodeSpec.step_cost` returns on a scope holding this ``info`` (the number,
+    unchanged) — and None in every other case (``info`` not a dict, a missing key, a value of
+    another type, a non-finite one), where the caller evaluates :meth:`EpisodeSpec.step_cost`,
+    which gives the value or the error. None for any other expression."""
+    read = cost.read
+    if read is None or read.name != "info" or not isinstance(read.key, str):
+        return None
+    key, default, isfinite = read.key, read.default, math.isfinite
+
+    def info_cost(info: Any) -> float | None:
+        if type(info) is dict:
+            value = info.get(key, default)
+            if type(value) is float and isfinite(value):
+                return value
+        return None
+
+    return info_cost
 
 
 @lru_cache(maxsize=64)
@@ -121,5 +149,6 @@ __all__ = [
     "compile_spec",
     "cost_expression",
     "goal_expression",
+    "info_reader",
     "step_scope",
 ]

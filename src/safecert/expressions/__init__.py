@@ -92,6 +92,9 @@ class Expression:
     #: ``(name, literal)`` for every ``name[literal]`` written in the text (e.g. ``("info",
     #: "cost")``, ``("obs", 3)``): what the expression may read, even on a branch not taken
     subscripts: frozenset[tuple[str, Any]] = frozenset()
+    #: the whole expression is one read of a name by a literal key: ``name[key]`` or
+    #: ``name.get(key, number)`` (:class:`Read`); None for every other expression
+    read: Read | None = None
 
     def evaluate(self, scope: Scope) -> Any:
         """The value on ``scope`` (names → values); :class:`EvalError` when it cannot be had.
@@ -110,6 +113,44 @@ class Expression:
             raise EvalError(f"{shorter(repr(self.text))}: {exc}") from None
         finally:
             _ERRSTATE.reset(token)
+
+
+@dataclass(frozen=True)
+class Read:
+    """An expression that is one read: ``name[key]`` (``default`` None) or
+    ``name.get(key, default)`` with a number written as the default.
+
+    On a scope whose ``name`` is a ``dict`` (and only there: an array index has rules of its
+    own), :meth:`Expression.evaluate` of such an expression returns ``scope[name][key]`` when
+    the key is present, else ``default`` (``.get``) or an :class:`EvalError` (``[key]``): a
+    caller may read the value itself and leave only the other cases to ``evaluate``."""
+
+    name: str
+    key: str | int
+    default: float | None = None
+
+
+def _read(tokens: list[str], names: frozenset[str]) -> Read | None:
+    """The :class:`Read` the tokens spell out whole, if any (a syntactic match on the tokens of
+    an expression that parsed: ``NAME [ LITERAL ]`` or ``NAME . get ( STRING , NUMBER )``)."""
+    if not tokens or tokens[0] not in names:
+        return None
+    if len(tokens) == 4 and tokens[1] == "[" and tokens[3] == "]":
+        literal = tokens[2]
+        if literal[0] in "\"'":
+            return Read(tokens[0], literal[1:-1])
+        index = int_or_none(literal)
+        return None if index is None else Read(tokens[0], index)
+    if (
+        len(tokens) == 8
+        and tokens[1:4] == [".", "get", "("]
+        and tokens[4][0] in "\"'"
+        and tokens[5] == ","
+        and (tokens[6][0].isdigit() or tokens[6][0] == ".")
+        and tokens[7] == ")"
+    ):
+        return Read(tokens[0], tokens[4][1:-1], float(tokens[6]))
+    return None
 
 
 #: numpy 2's error-state context variable and the state ``numpy.errstate(over="raise",
@@ -134,7 +175,8 @@ def parse(
     allowed = frozenset(names)
     parser = _Parser(text, field, allowed, dialect)
     run = parser.parse()
-    return Expression(text, field, frozenset(parser.used), run, frozenset(parser.subscripts))
+    read = _read(parser.toks, allowed) if dialect == "full" else None
+    return Expression(text, field, frozenset(parser.used), run, frozenset(parser.subscripts), read)
 
 
 def eval_labels(text: str, names: dict[str, np.ndarray], field: str) -> np.ndarray:
@@ -393,6 +435,7 @@ __all__ = [
     "MAX_DEPTH",
     "EvalError",
     "Expression",
+    "Read",
     "as_number",
     "eval_labels",
     "parse",

@@ -78,14 +78,14 @@ def stacked(results: list[CallResult], groups: tuple[range, ...]) -> np.ndarray 
         return results
     if len(results) == 1:  # one call (batch_size rows, or an in-process policy's whole step)
         return first if first.shape[0] == len(groups[0]) else results
-    dtype, shape = first.dtype, first.shape[1:]
-    for result, rows in zip(results, groups, strict=True):
+    dtype, row = first.dtype, first.shape[1:]
+    full = (len(groups[0]), *row)  # the shape of every call's reply but the last's
+    last = len(results) - 1
+    for k, result in enumerate(results):
         if not (
-            isinstance(result, np.ndarray)
-            and result.ndim
-            and result.shape[0] == len(rows)
+            type(result) is np.ndarray
             and result.dtype == dtype
-            and result.shape[1:] == shape
+            and (result.shape == full if k < last else result.shape == (len(groups[k]), *row))
         ):
             return results
     return np.concatenate(cast(list[np.ndarray], results))
@@ -117,12 +117,15 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     Integer (and boolean) replies keep an integer dtype (discrete action spaces); everything else is
     returned as float64. Raises :class:`OracleFailure` naming what is wrong.
     """
-    if raw is None:
+    if type(raw) is np.ndarray:  # an in-process policy's reply, usually
+        arr = raw
+    elif raw is None:
         raise OracleFailure(f"the vendor replied null; expected {_rows(n_rows)}")
-    try:
-        arr = np.asarray(raw)
-    except (ValueError, TypeError) as exc:  # ragged nested lists
-        raise OracleFailure(f"actions are not a rectangular array ({exc})") from None
+    else:
+        try:
+            arr = np.asarray(raw)
+        except (ValueError, TypeError) as exc:  # ragged nested lists
+            raise OracleFailure(f"actions are not a rectangular array ({exc})") from None
     kind = arr.dtype.kind
     if kind not in "biuf":  # object arrays (kind "O") included
         raise OracleFailure(

@@ -1,10 +1,11 @@
 """Train the mean policies of the 3-D and 4-D BNN systems (issue 25.5) and write them as package data.
 
-    .venv/bin/python benchmarks/bnn_scale_train.py            # writes src/safecert/bnn/data/{lane,cartpole}.npz
+    .venv/bin/python benchmarks/bnn_scale_train.py     # writes src/safecert/bnn/data/{lane,cartpole,lane4}.npz
 
-Systems: ``lane`` (3 states, lane keeping with a lagged yaw rate) and ``cartpole`` (4 states, linearised
-cart-pole with saturated force); their dynamics and sets are ``src/safecert/bnn/data/*.system.toml``.
-Each policy is a ``d → h → 1`` ReLU network (``lane`` h = 16, ``cartpole`` h = 8: half the
+Systems: ``lane`` (3 states, lane keeping with a lagged yaw rate), ``cartpole`` (4 states, linearised
+cart-pole with saturated force) and ``lane4`` (4 states, ``lane`` with a first-order steering
+actuator); their dynamics and sets are ``src/safecert/bnn/data/*.system.toml``.
+Each policy is a ``d → h → 1`` ReLU network (``lane``, ``lane4`` h = 16, ``cartpole`` h = 8: half the
 binaries of the closure MILP's policy part; 16 units had no certificate after 505 CPU-s)
 imitating the discrete LQR feedback ``u = −K x`` of the linear part (gains from ``scipy.linalg.solve_discrete_are``; the dynamics clip ``u`` to ±1), trained
 with the output layer's weights perturbed by N(0, σ²), σ = 0.1 (the σ the systems are certified with,
@@ -28,7 +29,7 @@ from safecert.bnn.system import get_benchmark
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "safecert" / "bnn" / "data"
 SIGMA = 0.1
-HIDDEN = {"lane": 16, "cartpole": 8}
+HIDDEN = {"lane": 16, "cartpole": 8, "lane4": 16}
 
 
 def lqr(a: np.ndarray, b: np.ndarray, q: np.ndarray, r: float) -> np.ndarray:
@@ -46,9 +47,12 @@ def linear_parts() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, float]
         [[1, dt, 0, 0], [0, 1, -0.98 * dt, 0], [0, 0, 1, dt], [0, 0, 21.56 * dt, 1]], dtype=float
     )
     cp_b = np.array([[0.0], [10 * dt], [0.0], [-20 * dt]])
+    l4_a = np.array([[1, 0.1, 0, 0], [0, 1, 0.1, 0], [0, 0, 0.8, 0.2], [0, 0, 0, 0.6]], dtype=float)
+    l4_b = np.array([[0.0], [0.0], [0.0], [0.4]])
     return {
         "lane": (lane_a, lane_b, np.diag([1.0, 1.0, 0.1]), 1.0),
         "cartpole": (cp_a, cp_b, np.diag([1.0, 1.0, 10.0, 1.0]), 1.0),
+        "lane4": (l4_a, l4_b, np.diag([1.0, 1.0, 0.1, 0.1]), 1.0),
     }
 
 
@@ -99,7 +103,7 @@ def excursion(name: str, net: ReluNetwork, steps: int = 400) -> np.ndarray:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--systems", default="lane,cartpole")
+    ap.add_argument("--systems", default="lane,cartpole,lane4")
     ap.add_argument("--out", type=Path, default=DATA)
     args = ap.parse_args()
     for name in args.systems.split(","):

@@ -46,6 +46,8 @@ def run_once(args: argparse.Namespace, workers: int, out: Path) -> dict[str, Any
     cmd = [str(SAFECERT), "bnn", "verify", "--benchmark", args.benchmark]
     cmd += ["--epsilon", args.epsilon, "--workers", str(workers), "--out", str(out), "--json"]
     cmd += ["--time-limit", str(args.time_limit)]
+    if args.seed is not None:
+        cmd += ["--seed", str(args.seed)]
     load0 = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="2,1", help="variants, the first is the reference")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=3600.0, help="wall-clock guard per run")
+    ap.add_argument("--seed", type=int, help="passed to --seed (default: the config's, 0)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "benchmark": args.benchmark,
         "epsilon": args.epsilon,
+        "seed": args.seed,
         "same_outcome_every_run": same,
         "wall_ratio_vs_first (medians)": {
             str(w): statistics.median(r["wall_s"] for r in rows if r["workers"] == w)

@@ -1,10 +1,12 @@
-"""The 3-D lane-keeping and 4-D cart-pole systems (issue 25.5): the packaged tables compile to the
-dynamics their comments state (written out here by hand), their policies fit and keep the mean
-closed loop inside B, and ``--benchmark`` builds their published setup."""
+"""The 3-D lane-keeping and 4-D cart-pole and lane-keeping-with-actuator systems (issue 25.5): the
+packaged tables compile to the dynamics their comments state (written out here by hand), their
+policies fit and keep the mean closed loop inside B, ``--benchmark`` builds their published setup,
+and the packaged ``lane4`` policy is the one its training script writes."""
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,12 @@ def _lane(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.stack([x[:, 0] + 0.1 * x[:, 1], x[:, 1] + 0.1 * x[:, 2], 0.8 * x[:, 2] + 0.2 * uc], 1)
 
 
+def _lane4(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    uc = np.clip(u, -1, 1)
+    e, psi, r, d = x.T
+    return np.stack([e + 0.1 * psi, psi + 0.1 * r, 0.8 * r + 0.2 * d, 0.6 * d + 0.4 * uc], 1)
+
+
 def _cartpole(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     uc = np.clip(u, -1, 1)
     M, m, half_len, g, dt, force = 1.0, 0.1, 0.5, 9.8, 0.05, 10.0
@@ -31,7 +39,7 @@ def _cartpole(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("name,step", [("lane", _lane), ("cartpole", _cartpole)])
+@pytest.mark.parametrize("name,step", [("lane", _lane), ("cartpole", _cartpole), ("lane4", _lane4)])
 def test_packaged_dynamics_are_the_stated_model(name, step) -> None:
     bench = get_benchmark(name)
     rng = np.random.default_rng(0)
@@ -75,3 +83,56 @@ def test_the_cli_names_every_benchmark():
 
     missing = [n for n in BENCHMARKS if not re.search(rf"(?<![\w]){n}(?![\w])", BENCHMARK_NAMES)]
     assert not missing, missing
+
+
+_LANE4 = Path(__file__).resolve().parents[2] / "src" / "safecert" / "bnn" / "data" / "lane4.npz"
+#: sha256 of the packaged lane4 policy
+LANE4_SHA256 = "3394befdd2623441c2ecab9675c695e2f3946710d1c2d4388a30bfcd722cf14b"
+
+
+def test_lane4_policy_is_the_pinned_file() -> None:
+    import hashlib
+
+    assert hashlib.sha256(_LANE4.read_bytes()).hexdigest() == LANE4_SHA256
+
+
+@pytest.mark.slow  # trains the policy again: ≈ 15 CPU-s
+def test_lane4_policy_is_the_file_its_training_script_writes(tmp_path) -> None:
+    """``benchmarks/bnn_scale_train.py`` (seeded, one thread) writes the packaged file again, byte
+    for byte: the policy is reproducible from the script."""
+    import hashlib
+    import subprocess
+    import sys
+
+    script = _LANE4.parents[4] / "benchmarks" / "bnn_scale_train.py"
+    cmd = [sys.executable, str(script), "--systems", "lane4", "--out", str(tmp_path)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    assert hashlib.sha256((tmp_path / "lane4.npz").read_bytes()).hexdigest() == LANE4_SHA256
+
+
+@pytest.mark.slow  # a few CEGIS rounds on the 4-D closure MILP: ≈ 20 CPU-s
+def test_a_short_lane4_run_writes_a_certificate_that_verifies(tmp_path, capsys) -> None:
+    """``--benchmark lane4`` end to end, cut short by its iteration budget: the certificate
+    (UNKNOWN, claiming nothing) names the packaged policy by its pinned digest, and ``safecert
+    verify`` re-derives every recorded value."""
+    import json
+
+    from safecert.bnn.certify import certify_run
+    from safecert.cli.main import main
+
+    cfg = benchmark_config(
+        "lane4",
+        epsilon="0.5sigma",
+        limits={"max_iterations": 3},
+        data={"witness_rollouts": 2000, "bootstrap_states": 500},
+    )
+    run = certify_run(cfg, None, tmp_path / "out")
+    assert run.certificate.verdict == "UNKNOWN"
+    assert run.certificate.result.reason.startswith("iteration cap 3 reached")
+    cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
+    [copy] = cert["inputs"]["evidence"]
+    assert copy["path"] == "policy.npz" and copy["sha256"] == LANE4_SHA256
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "out" / "certificate.json"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checks"] and all(c["ok"] for c in report["checks"])

@@ -77,7 +77,8 @@ def with_options(
 
 #: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
 #: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6), and the 3-D lane keeping
-#: and 4-D cart-pole systems (``lane``, ``cartpole``; σ = 0.1 on the output layer, as ``lds``;
+#: and 4-D cart-pole and lane-keeping-with-actuator systems (``lane``, ``cartpole``, ``lane4``;
+#: σ = 0.1 on the output layer, as ``lds``;
 #: ``limits.max_iterations = 1000``)
 BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04", *SCALE_POLICIES)
 

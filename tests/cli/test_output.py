@@ -124,3 +124,21 @@ def test_a_table_wider_than_the_terminal_is_fitted_and_loses_no_character(monkey
         shown = "".join(cells[column].strip() for cells in body[:-1])
         assert shown.replace(" ", "") == text.replace(" ", "")
     assert _ours("t", ["name"], [["x" * 100]]).count("\n") == 6  # not a terminal: 1 line a row
+
+
+def test_a_fitted_table_never_cuts_a_number_or_a_word(monkeypatch):
+    """Fitting narrows only down to a column's longest token of up to 24 cells: numbers and words
+    stay whole (on more lines if need be); a longer token (a digest) is the one that is cut."""
+    from safecert.cli import output
+
+    monkeypatch.setattr(output, "_columns", lambda stream: 40)
+    rows = [["0.0123456789", "upper bound on the failure rate", "9" * 40]]
+    out = _Terminal()
+    Console(file=out).print(table("t", ["value", "meaning", "digest"], rows))
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    body = [line.split("│") for line in plain.splitlines() if line.startswith("│")]
+    assert "0.0123456789" in [cells[1].strip() for cells in body]
+    words = [w for cells in body for w in cells[2].split()]
+    assert words == rows[0][1].split() and max(map(len, plain.splitlines())) <= 40
+    digest = "".join(cells[3].strip() for cells in body)
+    assert digest == "9" * 40 and all(len(cells[3].strip()) < 40 for cells in body)

@@ -156,7 +156,9 @@ class Table:
 
     :meth:`render` with a ``width`` (a terminal's) narrows the widest columns until the table
     fits and wraps their text onto more lines — every character is still shown, none is cut to
-    an ellipsis; without one (a pipe, a CI log) the table is drawn at its natural width."""
+    an ellipsis, and no number or word of up to :data:`_WHOLE` cells is cut across lines (a
+    column is never narrowed below its longest such token; only longer tokens, such as digests,
+    are cut); without one (a pipe, a CI log) the table is drawn at its natural width."""
 
     def __init__(self, title: str, columns: list[tuple[str, bool]], rows: list[list[str]]) -> None:
         self.title = title
@@ -172,7 +174,12 @@ class Table:
             for i, head in enumerate(heads)
         ]
         if width is not None and sum(widths) + 3 * len(widths) + 1 > width:
-            widths = _narrowed(widths, width - 3 * len(widths) - 1)
+            floors = [
+                max([_MIN_COLUMN, _longest_whole(head[0])]
+                    + [_longest_whole(line) for row in cells for line in row[i]])
+                for i, head in enumerate(heads)
+            ]  # fmt: skip
+            widths = _narrowed(widths, width - 3 * len(widths) - 1, floors)
             heads = [_folded(head, w) for head, w in zip(heads, widths, strict=True)]
             cells = [[_folded(c, w) for c, w in zip(row, widths, strict=True)] for row in cells]
         bold, italic, plain = ("\x1b[1m", "\x1b[3m", "\x1b[0m") if styled else ("", "", "")
@@ -205,17 +212,25 @@ class Table:
 
 #: the narrowest a column is made to fit a terminal
 _MIN_COLUMN = 4
+#: a token (number, word) up to this many cells is never cut across lines; a longer one (a
+#: digest, a path) may be, anywhere — the rule of the HTML and PDF reports
+_WHOLE = 24
 
 
-def _narrowed(widths: list[int], room: int) -> list[int]:
+def _longest_whole(text: str) -> int:
+    """The widest whitespace-separated token of ``text`` that must stay whole (≤ :data:`_WHOLE`)."""
+    return max((w for w in map(_width, text.split()) if w <= _WHOLE), default=0)
+
+
+def _narrowed(widths: list[int], room: int, floors: list[int]) -> list[int]:
     """``widths`` with the widest column narrowed by one cell at a time until they sum to at
-    most ``room`` (or every column is down to :data:`_MIN_COLUMN`)."""
+    most ``room``, no column below its floor (then the table stays wider than ``room``)."""
     widths = list(widths)
     while sum(widths) > room:
-        widest = max(range(len(widths)), key=lambda i: widths[i])
-        if widths[widest] <= _MIN_COLUMN:
+        narrowable = [i for i in range(len(widths)) if widths[i] > floors[i]]
+        if not narrowable:
             break
-        widths[widest] -= 1
+        widths[max(narrowable, key=lambda i: widths[i])] -= 1
     return widths
 
 

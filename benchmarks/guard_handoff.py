@@ -53,12 +53,16 @@ def _timed(calls: int, once: Any) -> dict[str, float]:
         t0 = clock()
         once()
         ns[i] = clock() - t0
-    cpu = (time.process_time_ns() - cpu0) / calls / 1000.0
+    return _summary(ns, time.process_time_ns() - cpu0)
+
+
+def _summary(ns: np.ndarray, cpu_ns: int) -> dict[str, float]:
+    """Percentiles of the per-call times ``ns`` and the CPU per call, in µs."""
     us = ns / 1000.0
     return {
         "p50_us": float(np.percentile(us, 50)),
         "p99_us": float(np.percentile(us, 99)),
-        "cpu_us": cpu,
+        "cpu_us": cpu_ns / len(ns) / 1000.0,
     }
 
 
@@ -73,13 +77,7 @@ def _awaited(module: ModuleType, calls: int, wait: bool) -> dict[str, float]:
             t0 = clock()
             await module.acall_with_deadline(_phi, ([],), 2.0)
             ns[i] = clock() - t0
-        cpu = (time.process_time_ns() - cpu0) / calls / 1000.0
-        us = ns / 1000.0
-        return {
-            "p50_us": float(np.percentile(us, 50)),
-            "p99_us": float(np.percentile(us, 99)),
-            "cpu_us": cpu,
-        }
+        return _summary(ns, time.process_time_ns() - cpu0)
 
     return asyncio.run(run())
 

@@ -5,6 +5,7 @@ the limit is not offered but reported by ``readline`` as a plain reader would.""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -150,3 +151,64 @@ def test_at_the_limit_no_line_is_offered_until_one_finishes_and_none_is_lost(
     taken, most = asyncio.run(run())
     assert taken == lines
     assert most <= limit
+
+
+def test_requests_the_client_cancelled_do_not_count_against_the_in_flight_bound():
+    """mcp never answers a request its client cancelled (``notifications/cancelled``): such a
+    request is settled by the SDK's ``on_request_unanswered`` hook, so cancelled requests do not
+    stay in flight and a connection at its bound is read again (without the hook, the ping after
+    two cancelled requests at a bound of 2 is never read)."""
+    import os
+
+    import anyio
+    from mcp.server import Server
+
+    from safecert.shield.stdio_framing import jsonrpc_lines, pipes
+
+    async def hangs(ctx, params):
+        await anyio.sleep(60)
+
+    def line(message: dict) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n"
+
+    async def run() -> list[dict]:
+        to_server, from_client = os.pipe()
+        to_client, from_server = os.pipe()
+        rf = os.fdopen(to_server, "rb", buffering=0)
+        wf = os.fdopen(from_server, "wb", buffering=0)
+        reader, writer = await pipes(rf, wf)
+        loop = asyncio.get_running_loop()
+        answers = asyncio.StreamReader()
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(answers), os.fdopen(to_client, "rb", buffering=0)
+        )
+        server = Server("t", on_list_tools=hangs)
+        init = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "c", "version": "1"},
+        }
+        got: list[dict] = []
+        async with jsonrpc_lines(reader, writer, None, 2) as (rs, ws, closed, wire):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.run, rs, ws, server.create_initialization_options())
+                os.write(from_client, line({"id": 0, "method": "initialize", "params": init}))
+                got.append(json.loads(await asyncio.wait_for(answers.readline(), 10)))
+                os.write(from_client, line({"method": "notifications/initialized"}))
+                for rid in (1, 2):
+                    os.write(from_client, line({"id": rid, "method": "tools/list"}))
+                    await anyio.sleep(0.2)  # the handler has started
+                    cancel = {"requestId": rid, "reason": "client gave up"}
+                    os.write(
+                        from_client, line({"method": "notifications/cancelled", "params": cancel})
+                    )
+                os.write(from_client, line({"id": 3, "method": "ping"}))
+                got.append(json.loads(await asyncio.wait_for(answers.readline(), 10)))
+                assert wire.in_flight == 0
+                tg.cancel_scope.cancel()
+        os.close(from_client)
+        return got
+
+    init_answer, ping_answer = asyncio.run(run())
+    assert init_answer["id"] == 0 and "result" in init_answer
+    assert ping_answer == {"jsonrpc": "2.0", "id": 3, "result": {}}

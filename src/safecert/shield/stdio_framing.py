@@ -150,7 +150,7 @@ class Wire:
     def __init__(
         self, writer: asyncio.StreamWriter, closed: Any, reader: LineReader, limit: int | None
     ) -> None:
-        self.unanswered = 0  # requests handed to the SDK whose response is not written yet
+        self.unanswered = 0  # requests handed to the SDK not yet answered or settled unanswered
         self.taken = 0  # requests taken by the intercept that have not finished
         self.initialized = False  # a successful response to ``initialize`` has been written
         self.init_ids: set[Any] = set()
@@ -171,6 +171,12 @@ class Wire:
     def took(self) -> None:
         """One request taken by the intercept (called as it is taken)."""
         self.taken += 1
+
+    def answered(self) -> None:
+        """One request handed to the SDK has settled (its response written, or none will be: a
+        request the client cancelled): reading goes on if it waited."""
+        self.unanswered -= 1
+        self._reader.release()
 
     def finished(self) -> None:
         """One request taken by the intercept has finished: reading goes on if it waited."""
@@ -211,7 +217,7 @@ async def jsonrpc_lines(
     import anyio
     import mcp_types as types
     from mcp.shared._context_streams import create_context_streams
-    from mcp.shared.message import SessionMessage
+    from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
     in_send, in_recv = create_context_streams[SessionMessage | Exception](0)
     out_send, out_recv = create_context_streams[SessionMessage](0)
@@ -231,6 +237,9 @@ async def jsonrpc_lines(
 
         reader.offer(offered, wire.full)
 
+    async def settled() -> None:
+        wire.answered()
+
     async def read() -> None:
         try:
             while line := await reader.readline():
@@ -242,7 +251,9 @@ async def jsonrpc_lines(
                     msg = exc
                 else:
                     if isinstance(msg.message, types.JSONRPCRequest):
-                        wire.unanswered += 1
+                        wire.unanswered += 1  # until answered, or settled unanswered:
+                        # the SDK never answers a request its client cancelled
+                        msg.metadata = ServerMessageMetadata(on_request_unanswered=settled)
                         if msg.message.method == "initialize":
                             wire.init_ids.add(msg.message.id)
                 await in_send.send(msg)
@@ -261,8 +272,7 @@ async def jsonrpc_lines(
                     writer.write(data.encode() + b"\n")
                     await writer.drain()
                     if isinstance(m.message, types.JSONRPCResponse | types.JSONRPCError):
-                        wire.unanswered -= 1
-                        reader.release()
+                        wire.answered()
                         if m.message.id in wire.init_ids:  # the answer to ``initialize``
                             wire.init_ids.discard(m.message.id)
                             if isinstance(m.message, types.JSONRPCResponse):

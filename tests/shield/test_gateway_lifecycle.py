@@ -383,7 +383,14 @@ def test_http_metrics_count_decisions_and_sigterm_exits_143(work):
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
-    async def session() -> list[bool]:
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def open_sessions() -> int:
+        return _health(port)[1]["sessions"]
+
+    async def session() -> tuple[list[bool], int]:
         url = f"http://127.0.0.1:{port}/mcp"
         async with streamable_http_client(url) as st, ClientSession(st[0], st[1]) as s:
             await s.initialize()
@@ -391,33 +398,34 @@ def test_http_metrics_count_decisions_and_sigterm_exits_143(work):
             for name in ("lookup_invoice", "no_such_tool", "lookup_invoice", "halt", "halt"):
                 res = await s.call_tool(name, {"invoice": "INV-001"} if name != "halt" else {})
                 errors.append(bool(res.is_error))
-            return errors
+            return errors, await anyio.to_thread.run_sync(open_sessions)
 
     try:
         _wait_for(lambda: _health(port)[0] == 200, "the gateway to be healthy")
-        errors = anyio.run(session)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            metrics = r.read().decode()
+        opened = [anyio.run(session) for _ in range(3)]  # each client DELETEs its session
+        _wait_for(lambda: open_sessions() == 0, "the ended sessions to be forgotten")
+        text = metrics()
         proc.terminate()
         code = proc.wait(DEADLINE_S)
     finally:
         proc.kill()
         proc.wait(DEADLINE_S)
-    assert errors == [False, True, False, False, True]
+    # every session decided on its own history, was counted open while it was, and is forgotten
+    assert opened == [([False, True, False, False, True], 1)] * 3
     counted = {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in metrics.splitlines()
+        for line in text.splitlines()
         if line and not line.startswith("#")
     }
     calls = "safecert_shield_calls_total"
     assert counted == {
-        f'{calls}{{outcome="forwarded",reason=""}}': 2,
-        f'{calls}{{outcome="blocked",reason="unknown_tool"}}': 1,
-        f'{calls}{{outcome="halt",reason=""}}': 1,
-        f'{calls}{{outcome="blocked",reason="session_ended"}}': 1,
+        f'{calls}{{outcome="forwarded",reason=""}}': 6,
+        f'{calls}{{outcome="blocked",reason="unknown_tool"}}': 3,
+        f'{calls}{{outcome="halt",reason=""}}': 3,
+        f'{calls}{{outcome="blocked",reason="session_ended"}}': 3,
         "safecert_shield_upstream_restarts_total": 0,
         "safecert_shield_upstream_up": 1,
-        "safecert_shield_sessions": 1,
+        "safecert_shield_sessions": 0,
     }
     assert code == 143
     _assert_gone(_pids(work))

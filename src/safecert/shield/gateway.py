@@ -125,7 +125,10 @@ class Gateway:
         return self._keyed_session(connection)
 
     def _keyed_session(self, connection: object) -> GuardSession:
-        """The one guard session of ``connection`` (an SDK connection, or a stdio wire)."""
+        """The one guard session of ``connection`` (an SDK connection, or a stdio wire). An SDK
+        connection's session is forgotten when the SDK tears the connection down (the client's
+        ``DELETE``, the SDK's idle timeout): no request can reach it after that, and a call still
+        in flight keeps the object it holds."""
         key = id(connection)
         if key not in self.sessions:
             gs = GuardSession(
@@ -137,6 +140,9 @@ class Gateway:
             )
             # the connection is kept so its id is not reused while we remember it
             self.sessions[key] = (connection, gs)
+            stack = getattr(connection, "exit_stack", None)  # an SDK connection's own teardown
+            if stack is not None:  # the session ended (DELETE, idle timeout, shutdown): forget it
+                stack.callback(self.sessions.pop, key, None)
         return self.sessions[key][1]
 
     async def _list(self, ctx: Any, params: Any) -> Any:
@@ -263,7 +269,7 @@ class Gateway:
     def metrics(self) -> str:
         """Counters in the Prometheus text format: ``tools/call`` requests by outcome
         (``forwarded``, ``halt``, ``blocked`` by reason, ``upstream_error`` by cause), the
-        upstream's restarts, whether it is up, and the sessions seen."""
+        upstream's restarts, whether it is up, and the guard sessions open now."""
         lines = [
             "# HELP safecert_shield_calls_total tools/call requests by outcome and reason",
             "# TYPE safecert_shield_calls_total counter",
@@ -276,6 +282,7 @@ class Gateway:
             f"safecert_shield_upstream_restarts_total {self.upstream.restarts}",
             "# TYPE safecert_shield_upstream_up gauge",
             f"safecert_shield_upstream_up {int(self.upstream.status == 'up')}",
+            "# HELP safecert_shield_sessions MCP sessions open now (each with its guard session)",
             "# TYPE safecert_shield_sessions gauge",
             f"safecert_shield_sessions {len(self.sessions)}",
         ]

@@ -494,3 +494,54 @@ def test_http_sigkill_of_the_gateway_during_a_call_takes_the_upstream_down(work)
         proc.wait(DEADLINE_S)
     caller.join(DEADLINE_S)
     assert not caller.is_alive()  # the client's call ended with the connection
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    """The status and body of ``GET path`` (any status, raw text)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_http_past_the_in_flight_bound_answers_503_and_recovers(work):
+    """Over HTTP nothing holds requests back but the bound: with ``HTTP_MAX_IN_FLIGHT`` connections
+    open, the next request is answered 503 by the server itself (not our ``/healthz``, which
+    answers JSON), and once they close the gateway answers again, its upstream untouched."""
+    import resource
+
+    from safecert.shield.serve import HTTP_MAX_IN_FLIGHT
+
+    need = 2 * HTTP_MAX_IN_FLIGHT + 256  # ours and, inherited, the gateway's descriptors
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need} descriptors")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    port = _free_port()
+    try:
+        proc = _http_gateway(work, port)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    held: list[socket.socket] = []
+    try:
+        for _ in range(HTTP_MAX_IN_FLIGHT):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        _wait_for(lambda: _get(port, "/metrics")[0] == 503, "the bound to be reached")
+        status, body = _get(port, "/healthz")
+        assert (status, body) == (503, "Service Unavailable")
+        for s in held:
+            s.close()
+        held.clear()
+        _wait_for(lambda: _health(port)[0] == 200, "the gateway to answer again")
+        assert _health(port)[1]["upstream_restarts"] == 0
+        proc.terminate()
+        code = proc.wait(DEADLINE_S)
+    finally:
+        for s in held:
+            s.close()
+        proc.kill()
+        proc.wait(DEADLINE_S)
+    assert code == 143
+    _assert_gone(_pids(work))

@@ -197,6 +197,7 @@ class VendorProcess:
             if vendor_pid is None:  # once per process: later vendors go uncontained at once
                 _MAPS_REFUSED.append(True)
                 vendor_pid = self._start_supervised(cwd, False)
+                assert vendor_pid is not None  # no user namespace asked for: none refused
             self.vendor_pid = vendor_pid
         with _LIVE_LOCK:
             _LIVE.add(self)

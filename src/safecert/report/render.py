@@ -350,7 +350,8 @@ def trajectories(
     if not worst:
         return "", [], {}
     title = f"Trajectories of the {len(worst)} worst counterexamples (replayed with their seeds)"
-    html_parts, md, pngs = [f"<h2>{title}</h2><div class='heatmaps'>"], [f"## {title}", ""], {}
+    html_parts, md = [f"<h2>{title}</h2><div class='heatmaps'>"], [f"## {title}", ""]
+    pngs: dict[str, Path] = {}
     if config_path is None or not Path(config_path).is_file():
         why = "the run's config is not at hand, so the episodes cannot be replayed"
         return f"<h2>{title}</h2><p class='note'>Not shown: {why}.</p>", [why, ""], {}

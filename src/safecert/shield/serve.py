@@ -311,7 +311,9 @@ async def _serve_http(gateway: Gateway, host: str, port: int, servers: list[Any]
 
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on",
-        timeout_graceful_shutdown=STOP_WAIT_S / 2, limit_concurrency=HTTP_MAX_IN_FLIGHT,
+        # (typed int, used as asyncio's float timeout)
+        timeout_graceful_shutdown=STOP_WAIT_S / 2,  # type: ignore[arg-type]
+        limit_concurrency=HTTP_MAX_IN_FLIGHT,
     )  # fmt: skip
     server = Server(config)
     servers.append(server)

@@ -107,3 +107,48 @@ def test_user_code_runs_on_a_worker_whose_wake_up_does_not_preempt_its_caller():
     assert call_with_deadline(os.sched_getscheduler, (0,), 5.0) == os.SCHED_BATCH
     assert anyio.run(acall_with_deadline, os.sched_getscheduler, (0,), 5.0) == os.SCHED_BATCH
     assert os.sched_getscheduler(0) == before
+
+
+def _where() -> tuple[int, set[int], int]:
+    """In a worker: the CPU it runs on (the kernel's own record, ``/proc/thread-self/stat``
+    field 39), the CPUs it may run on, its thread id."""
+    with open("/proc/thread-self/stat") as f:
+        cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+    return cpu, os.sched_getaffinity(0), threading.get_native_id()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_a_waited_for_worker_runs_on_its_callers_cpu_and_is_let_go_otherwise():
+    """A caller that blocks for the answer keeps its worker on the one CPU the caller runs on
+    (the job ran there); awaited through the loop (no wait on the loop's thread) the worker may
+    run on every CPU the process may use again; a worker abandoned at its deadline is let go
+    onto all of them too (a hung callable does not hold its caller's CPU)."""
+    allowed = os.sched_getaffinity(0)
+    call_with_deadline(_where, (), 5.0)  # a new worker's thread id is known from then on
+    for _ in range(3):
+        ran_on, affinity, _ = call_with_deadline(_where, (), 5.0)
+        assert affinity == {ran_on} and ran_on in allowed
+
+    async def awaited(wait: float) -> tuple[int, set[int], int]:
+        wait_on_loop(wait)
+        return await acall_with_deadline(_where, (), 5.0)
+
+    ran_on, affinity, _ = anyio.run(awaited, 0.01)  # waited for on the loop's thread: kept
+    assert affinity == {ran_on}
+    assert anyio.run(awaited, 0.0)[1] == allowed  # answered through the loop: let go
+
+    call_with_deadline(_where, (), 5.0)  # kept on one CPU again
+    release = threading.Event()
+    hung: list[int] = []
+
+    def hang() -> None:
+        hung.append(threading.get_native_id())
+        release.wait(30.0)
+
+    try:
+        with pytest.raises(DeadlineExceeded):
+            call_with_deadline(hang, (), 0.2)
+        assert os.sched_getaffinity(hung[0]) == allowed
+        assert call_with_deadline(_where, (), 5.0)[2] != hung[0]  # another worker answers
+    finally:
+        release.set()

@@ -11,7 +11,10 @@ the answer — reused from call to call, so a call allocates no queue, event or 
 kept in a pool and reused while they answer in time; the caller puts its worker back once it has
 read the answer. A worker's wake-up does not preempt its caller (``SCHED_BATCH`` on Linux): the
 caller first goes on to wait, which lets go of the GIL, instead of being switched out for a worker
-that would only find the GIL held (a third of a hand-off's CPU time). Awaited on an event
+that would only find the GIL held (a third of a hand-off's CPU time). A caller that blocks for
+the answer (the threaded form; the loop's own wait below) keeps its worker on the CPU it runs on
+itself (:func:`_caller_cpu`), which it leaves free while it waits: the worker does not wait for an
+idle CPU to wake up. Awaited on an event
 loop (:func:`acall_with_deadline`) the answer comes back through the loop (a wake-up of its
 self-pipe and two loop iterations more), unless the awaiting task asked, with
 :func:`wait_on_loop`, to wait for it on the loop's own thread first for a short while: the loop
@@ -58,7 +61,7 @@ class _Worker:
     instead: ``notify``): either the caller finds ``done`` released, or the worker sees what the
     caller set."""
 
-    __slots__ = ("go", "done", "mutex", "job", "answer", "abandoned", "notify")
+    __slots__ = ("go", "done", "mutex", "job", "answer", "abandoned", "notify", "tid", "cpu")
 
     def __init__(self) -> None:
         self.go = threading.Lock()
@@ -70,9 +73,12 @@ class _Worker:
         self.answer: Answer = (False, None)
         self.abandoned = False
         self.notify: Callable[[], object] | None = None
+        self.tid: int | None = None  # its thread's id, set by the thread as it starts
+        self.cpu: int | None = None  # the CPU it is kept on (:meth:`place`); None: any
         threading.Thread(target=self._run, daemon=True, name="safecert-deadline").start()
 
     def _run(self) -> None:
+        self.tid = threading.get_native_id()
         _no_wakeup_preemption()
         go, done, mutex = self.go, self.done, self.mutex
         while True:
@@ -99,6 +105,18 @@ class _Worker:
         self.job = (fn, args)
         self.go.release()
 
+    def place(self, cpu: int | None) -> None:
+        """Keep the worker on ``cpu`` from now on (``None``: on any CPU the process may use). A
+        system call only when that changes; refused (a CPU no longer allowed, a thread not
+        started yet), the worker stays where it was allowed to run."""
+        if cpu == self.cpu or self.tid is None:
+            return
+        try:
+            os.sched_setaffinity(self.tid, {cpu} if cpu is not None else os.sched_getaffinity(0))
+        except OSError:
+            return
+        self.cpu = cpu
+
     def take(self) -> Answer:
         """The answer of a finished job; the worker goes back to the pool."""
         answer, self.answer = self.answer, (False, None)
@@ -112,7 +130,8 @@ class _Worker:
             if self.done.acquire(blocking=False):
                 return self.take()
             self.abandoned = True
-            return None
+        self.place(None)  # a hung callable keeps a CPU busy, but not its caller's
+        return None
 
     def wake(self, notify: Callable[[], object]) -> Answer | None:
         """Have ``notify()`` called once the answer is in (``done`` released by then), unless it
@@ -136,16 +155,50 @@ def _no_wakeup_preemption() -> None:
         pass
 
 
+def _cpu_lookup() -> Callable[[], int] | None:
+    """``sched_getcpu()`` of the C library (the CPU the calling thread runs on; a vDSO read, no
+    system call), or ``None`` where threads cannot be kept on a CPU (not Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        import ctypes
+
+        getcpu = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    getcpu.restype, getcpu.argtypes = ctypes.c_int, []
+    return getcpu
+
+
 _idle: list[_Worker] = []  # list.append/pop are atomic under the GIL
+_getcpu: list[Callable[[], int] | None] = []  # [_cpu_lookup()], resolved on first use
 
 
-def _submit(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Worker:
+def _submit(fn: Callable[..., Any], args: tuple[Any, ...], waited: bool) -> _Worker:
+    """Start ``fn(*args)`` on an idle worker (a new one if none is idle). ``waited``: the caller
+    blocks until the answer, so the worker is kept on the caller's CPU (:func:`_caller_cpu`)."""
     try:
         worker = _idle.pop()
     except IndexError:
         worker = _Worker()
+    worker.place(_caller_cpu() if waited else None)
     worker.start(fn, args)
     return worker
+
+
+def _caller_cpu() -> int | None:
+    """The CPU the calling thread runs on (``None``: unknown). A caller that blocks while its
+    worker runs leaves that CPU free for it, and a worker woken there starts at once, while one
+    woken on an idle CPU waits for that CPU to wake up (a hand-off of 8 µs on one CPU, 24 µs
+    across two idle vCPUs; ``benchmarks/RESULTS_guard.md``). The caller itself stays free to
+    move; its worker follows it at the next hand-off."""
+    if not _getcpu:
+        _getcpu.append(_cpu_lookup())
+    getcpu = _getcpu[0]
+    if getcpu is None:
+        return None
+    cpu = getcpu()
+    return cpu if cpu >= 0 else None
 
 
 def _result(answer: Answer) -> Any:
@@ -162,7 +215,7 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
     while they answer in time; a worker that misses a deadline is abandoned (Python cannot kill a
     thread; it is a daemon and never rejoins the pool), so a hung callable holds no worker, lock or
     slot any other call needs."""
-    worker = _submit(fn, args)
+    worker = _submit(fn, args, True)
     if worker.done.acquire(timeout=timeout_s):
         return _result(worker.take())
     answer = worker.give_up()
@@ -181,7 +234,7 @@ async def acall_with_deadline(
     worker as a timeout does."""
     start = time.monotonic()
     blocking = min(_LOOP_WAIT.get(), timeout_s)
-    worker = _submit(fn, args)
+    worker = _submit(fn, args, blocking > 0)
     if blocking > 0 and worker.done.acquire(timeout=blocking):
         return _result(worker.take())
     loop = asyncio.get_running_loop()

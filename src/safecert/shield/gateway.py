@@ -225,13 +225,19 @@ class Gateway:
             return
         sent: list[bool] = []
 
-        async def answer(result: dict[str, Any]) -> None:
+        def early(reply: ToolReply) -> None:  # in the upstream pipe's callback: no loop trip
             sent.append(True)
-            await wire.send({"jsonrpc": "2.0", "id": rid, "result": result})
+            wire.write({"jsonrpc": "2.0", "id": rid, "result": reply.json})
+
+        async def answer(result: dict[str, Any]) -> None:
+            if not sent:
+                sent.append(True)
+                wire.write({"jsonrpc": "2.0", "id": rid, "result": result})
+            await wire.drain()
 
         gs = self._keyed_session(wire) if wire.initialized else None
         arguments = params.get("arguments")
-        out = await self.tool_call(gs, params["name"], arguments or {}, answer)
+        out = await self.tool_call(gs, params["name"], arguments or {}, answer, early)
         if not sent:
             await answer(out.json if isinstance(out, ToolReply) else out)
 
@@ -241,11 +247,14 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        early: Callable[[ToolReply], None] | None = None,
     ) -> ToolReply | dict[str, Any]:
         """One ``tools/call`` of the session ``gs`` (``None``: no session, blocked): the
         upstream's reply when it was forwarded, else the JSON of a text ``CallToolResult``. With
         ``answer``, a forwarded result's JSON is handed to it as soon as the upstream answered,
-        before φ of the new history is evaluated (the session stays locked until it is)."""
+        before φ of the new history is evaluated (the session stays locked until it is); with
+        ``early`` too, the reply is handed to ``early`` in the upstream pipe's data callback
+        before that (:meth:`Upstream.call_tool`)."""
         if gs is None:
             self._count("blocked", "no_session")
             return _text(
@@ -258,7 +267,7 @@ class Gateway:
             return _text(f"{BLOCKED_PREFIX}: the gateway is shutting down; not forwarded", True)
         self.in_flight += 1
         try:
-            return await self._guarded_call(gs, name, arguments, answer)
+            return await self._guarded_call(gs, name, arguments, answer, early)
         finally:
             self.in_flight -= 1
 
@@ -294,6 +303,7 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         answer: Callable[[dict[str, Any]], Awaitable[None]] | None,
+        early: Callable[[ToolReply], None] | None,
     ) -> ToolReply | dict[str, Any]:
         if name != self.shield.halt and not await self.upstream.wait_up(
             self.upstream.start_timeout_s
@@ -306,7 +316,7 @@ class Gateway:
             out = await gs.acall(
                 name,
                 arguments,
-                lambda: self.upstream.call_tool(name, arguments, self.upstream_timeout_s),
+                lambda: self.upstream.call_tool(name, arguments, self.upstream_timeout_s, early),
                 result_value=lambda reply: mcp_result_value(reply.result),
                 available=name in self._names or name == self.shield.halt,
                 answer=None if answer is None else lambda reply: answer(reply.json),

@@ -56,13 +56,13 @@ class LineReader(asyncio.StreamReader):
     def offer(self, take: Callable[[bytes], bool], hold: Callable[[], bool] = _never) -> None:
         """Offer every line to ``take`` from now on, those read already and not yet consumed
         included; while ``hold()`` is true, offer none (class docstring)."""
-        buffered = bytes(self._buffer)
-        self._buffer.clear()
+        buffered = bytes(self._buffer)  # type: ignore[attr-defined]  # (StreamReader's own)
+        self._buffer.clear()  # type: ignore[attr-defined]
         self._take = take
         self._hold = hold
         self._lines(buffered)
 
-    def feed_data(self, data: bytes) -> None:
+    def feed_data(self, data: bytes) -> None:  # type: ignore[override]  # (pipes give bytes)
         if self._holding:  # (a read that was under way when the pipe was paused)
             self._held += data
         elif self._take is None:
@@ -184,10 +184,24 @@ class Wire:
         self._reader.release()
 
     async def send(self, message: Any) -> None:
-        """Write one JSON-RPC message (a dict) as a line, outside the SDK; a peer that stopped
-        reading ends the connection (as for the SDK's writes)."""
+        """Write one JSON-RPC message (a dict) as a line, outside the SDK, and wait until the pipe
+        took it (:meth:`write`, then :meth:`drain`)."""
+        self.write(message)
+        await self.drain()
+
+    def write(self, message: Any) -> None:
+        """Write one JSON-RPC message (a dict) as a line, outside the SDK, without waiting: what
+        the pipe does not take at once waits in the transport's buffer (:meth:`drain` waits for
+        it). Callable from a data callback. A peer that stopped reading ends the connection (as
+        for the SDK's writes)."""
         try:
             self._writer.write(orjson.dumps(message) + b"\n")
+        except (OSError, RuntimeError):
+            self._closed.set()
+
+    async def drain(self) -> None:
+        """Wait until the pipe took what was written (back-pressure from a slow reader)."""
+        try:
             await self._writer.drain()
         except (OSError, RuntimeError):
             self._closed.set()

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ class Upstream:
     session: Any = None
     _closed: Any = None  # anyio.Event: its connection ended
     _wire: Any = None  # the running incarnation's stdio_framing.Wire
-    _pending: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
+    _pending: dict[str, tuple[asyncio.Future[ToolReply], Any]] = field(default_factory=dict)
     _ids: Any = field(default_factory=itertools.count)
 
     async def run(self, *, task_status: Any) -> None:
@@ -167,59 +168,93 @@ class Upstream:
                 await anyio.sleep(0.01)  # only while it is down: a rare, short wait
         return self.status == "up"
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolReply:
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout_s: float,
+        early: Callable[[ToolReply], None] | None = None,
+    ) -> ToolReply:
         """The upstream's ``tools/call`` result, as it came and validated, within ``timeout_s``
         (writing the request included). Raises :class:`TimeoutError` past it,
         :class:`UpstreamDied` if the upstream is down or dies before answering,
         :class:`UpstreamError` for a JSON-RPC error or a malformed result. Cancelling the await
-        (or the deadline) forgets the call (a late answer is dropped)."""
-        import mcp_types as types
+        (or the deadline) forgets the call (a late answer is dropped). ``early``, when given, is
+        called with a valid result as soon as it is read, in the upstream pipe's data callback —
+        before this await resumes, one event-loop iteration sooner; if it raises, so does this
+        call.
 
+        The deadline is one timer on the loop that fails the answer (a third of what
+        ``asyncio.timeout`` costs). The request is written without waiting for the pipe to take
+        it: its bytes wait in the transport's buffer either way, and the answer, which cannot
+        come before them, is what is waited for."""
         wire, closed = self._wire, self._closed
         if wire is None or closed is None or closed.is_set():
             raise UpstreamDied("the upstream is not running")
         rid = f"{RAW_ID}{next(self._ids)}"
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = answer
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[ToolReply] = loop.create_future()
+        self._pending[rid] = (answer, early)
+        expiry = loop.call_at(loop.time() + timeout_s, _expire, answer)
         try:
-            # asyncio's own timeout: a third of the cost of anyio's cancel scope, on every call
-            async with asyncio.timeout(timeout_s):
-                request = {"name": name, "arguments": arguments}
-                await wire.send(
-                    {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": request}
-                )
-                reply = await answer
+            request = {"name": name, "arguments": arguments}
+            wire.write({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": request})
+            return await answer
         finally:
+            expiry.cancel()
             self._pending.pop(rid, None)
-        error, result = reply.get("error"), reply.get("result")
-        if error is not None or not isinstance(result, dict):
-            raise UpstreamError(
-                f"JSON-RPC error {error}" if error is not None else "an answer without a result"
-            )
-        try:
-            return ToolReply(result, types.CallToolResult.model_validate(result))
-        except ValueError as exc:
-            raise UpstreamError(f"a malformed tools/call result ({first_cause(exc)})") from None
 
     def _take_reply(self, message: Any) -> bool:
         """The upstream's output, parsed: an answer to one of our ``tools/call`` requests is taken
-        (and given to its caller, if it still waits); anything else goes to the SDK's client."""
+        (validated, and given to its caller if it still waits: ``early`` first); anything else
+        goes to the SDK's client."""
         if type(message) is not dict or "method" in message:
             return False
         rid = message.get("id")
         if not (isinstance(rid, str) and rid.startswith(RAW_ID)):
             return False
-        answer = self._pending.pop(rid, None)
-        if answer is not None and not answer.done():
-            answer.set_result(message)
+        pending = self._pending.pop(rid, None)
+        if pending is None or pending[0].done():
+            return True
+        answer, early = pending
+        try:
+            reply = _tool_reply(message)
+            if early is not None:
+                early(reply)
+        except Exception as exc:  # (in the pipe's callback: never raised there)
+            answer.set_exception(exc)
+        else:
+            answer.set_result(reply)
         return True
 
     def _fail_pending(self) -> None:
         """The connection ended: every call waiting for an answer gets :class:`UpstreamDied`."""
         pending, self._pending = self._pending, {}
-        for answer in pending.values():
+        for answer, _ in pending.values():
             if not answer.done():
                 answer.set_exception(UpstreamDied("the upstream process exited during the call"))
+
+
+def _expire(answer: asyncio.Future[Any]) -> None:
+    """A call's deadline passed (a timer on the loop)."""
+    if not answer.done():
+        answer.set_exception(TimeoutError())
+
+
+def _tool_reply(message: dict[str, Any]) -> ToolReply:
+    """The ``tools/call`` result of a JSON-RPC answer, validated; :class:`UpstreamError` for a
+    JSON-RPC error or a malformed result."""
+    import mcp_types as types
+
+    error, result = message.get("error"), message.get("result")
+    if error is not None or not isinstance(result, dict):
+        raise UpstreamError(
+            f"JSON-RPC error {error}" if error is not None else "an answer without a result"
+        )
+    try:
+        return ToolReply(result, types.CallToolResult.model_validate(result))
+    except ValueError as exc:
+        raise UpstreamError(f"a malformed tools/call result ({first_cause(exc)})") from None
 
 
 def upstream_command(spec: str) -> list[str]:

@@ -4,7 +4,8 @@ one process: ``call_with_deadline`` from a thread (``guarded``, the sandbox's gu
 ``acall_with_deadline`` awaited on an event loop, with the stdio gateway's wait on the loop's
 thread (``wait_on_loop(LOOP_WAIT_S)``) and without it (the HTTP gateway: the answer comes back
 through the loop's self-pipe). ``--build NAME=SRC`` loads ``deadline.py`` of another source tree
-(e.g. ``old=/tmp/old/src``, a ``git archive`` of an earlier commit) beside this one's (``new``);
+(a directory, e.g. ``old=/tmp/old/src``, or a git revision, e.g. ``old=9fb03c3``) beside this
+one's (``new``);
 its own ``LOOP_WAIT_S`` is used. Each repeat times every route of every build in an order that
 rotates from repeat to repeat; figures are the median [min–max] over repeats of each route's p50
 and p99, and its CPU time per hand-off (the process's, both threads).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -27,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from guard_overhead import build_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,9 +126,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     builds = {"new": _load("new", ROOT / "src")}
-    for spec in args.build:
-        name, _, src = spec.partition("=")
-        builds[name] = _load(name, Path(src).resolve())
+    with contextlib.ExitStack() as keep:
+        for spec in args.build:
+            name, _, src = spec.partition("=")
+            builds[name] = _load(name, build_tree(src, keep))
     res = measure(args.calls, args.repeats, builds)
     if args.json:
         sys.stdout.write(json.dumps(res, indent=2) + "\n")

@@ -23,7 +23,8 @@ handshake) is not timed. ``--action-map rules`` serves the example's rules file 
 the same answers as ``phi:action``, evaluated without a deadline hand-off); ``python`` (the
 default) its Python action map; ``both`` runs a gateway with each (arms ``gateway[NAME:rules]``
 and ``gateway[NAME:python]``). ``--build NAME=SRC`` adds a gateway run from another source tree
-(e.g. ``old=/tmp/old/src``, a ``git archive`` of an earlier commit) beside this one (``new``).
+beside this one (``new``): a directory (e.g. ``old=/tmp/old/src``) or a git revision of this
+repository (e.g. ``old=9fb03c3``, its ``src`` put in a temporary directory).
 
     .venv/bin/python benchmarks/guard_overhead.py [--repeats 10] [--per-session 100]
         [--action-map python|rules|both] [--build old=/tmp/old/src] [--json]
@@ -38,6 +39,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +76,20 @@ async def main():
     await asyncio.gather(to_upstream(), from_upstream())
 asyncio.run(main())
 """
+
+
+def build_tree(src: str, keep: contextlib.ExitStack) -> Path:
+    """The ``src`` directory of a ``--build``: ``src`` itself when it is a directory, else a git
+    revision of this repository, put in a temporary directory (``git archive REV src``) that
+    lives as long as ``keep``."""
+    if Path(src).is_dir():
+        return Path(src).resolve()
+    tmp = Path(keep.enter_context(tempfile.TemporaryDirectory()))
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", src, "src"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+    return tmp / "src"
 
 
 def _stats(ns: list[int]) -> dict[str, float]:
@@ -207,10 +223,15 @@ def main() -> None:
     ap.add_argument("--build", action="append", default=[], metavar="NAME=SRC")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    builds: dict[str, Path | None] = {"new": None}
-    for spec in args.build:
-        name, _, src = spec.partition("=")
-        builds[name] = Path(src).resolve()
+    with contextlib.ExitStack() as keep:  # the trees of git revisions
+        builds: dict[str, Path | None] = {"new": None}
+        for spec in args.build:
+            name, _, src = spec.partition("=")
+            builds[name] = build_tree(src, keep)
+        _run(args, builds)
+
+
+def _run(args: argparse.Namespace, builds: dict[str, Path | None]) -> None:
     maps = ["rules", "python"] if args.action_map == "both" else [args.action_map]
 
     def serve(mapping: str) -> list[str]:

@@ -3,6 +3,7 @@ colocating a rollout with its workers, and workers whose code attacks its superv
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import tempfile
@@ -16,7 +17,10 @@ from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
 from safecert.errors import ConfigError
 from safecert.isolation import (
     MAX_CODE_FILES,
+    Channel,
+    ChannelFailure,
     colocated,
+    has_own_cpu,
     listing_digest,
     loadable_code,
     locate_module,
@@ -150,3 +154,96 @@ def test_a_policy_worker_whose_code_attacks_its_supervisor_leaves_nothing(
             oracle.close()
         assert wait_until(lambda: tagged(tag) == [], timeout=2.0), tagged(tag)
     assert tagged(tag) == []
+
+
+ECHO = "import sys, time\nfor line in sys.stdin:\n    time.sleep({sleep})\n    {extra}\n    print(line.strip(), flush=True)\n"
+
+
+def _echo(tmp_path: Path, sleep: float, timeout_s: float, extra: str = "pass") -> Channel:
+    (tmp_path / "echo.py").write_text(ECHO.format(sleep=sleep, extra=extra))
+    return Channel(
+        (sys.executable, str(tmp_path / "echo.py")), cwd=str(tmp_path), timeout_s=timeout_s
+    )
+
+
+def test_posted_requests_are_answered_in_order_each_within_its_own_deadline(tmp_path):
+    """Five requests posted at once to a child that takes 0.3 s each: the last reply comes
+    1.5 s after its posting, yet each is within its 0.8 s deadline, which runs from when the
+    child can have started on it; replies read on the way are kept for their own collect, a
+    round trip in between included."""
+    channel = _echo(tmp_path, 0.3, 0.8)
+    try:
+        tickets = [channel.post(b"%d" % k) for k in range(5)]
+        assert channel.round_trip(b"last") == b"last"  # reads the five replies before it
+        assert [channel.collect(t) for t in reversed(tickets)] == [b"4", b"3", b"2", b"1", b"0"]
+        with pytest.raises(ValueError, match="never posted or was collected"):
+            channel.collect(tickets[0])
+        assert channel.restarts == 0
+    finally:
+        channel.close()
+
+
+def test_a_failure_fails_every_request_in_flight_and_the_next_post_restarts(tmp_path):
+    channel = _echo(tmp_path, 0.0, 5.0, extra="if line.startswith('die'): raise SystemExit(4)")
+    try:
+        first = channel.post(b"fine")
+        dying = channel.post(b"die")
+        after = channel.post(b"never read")
+        assert channel.collect(first) == b"fine"
+        failures = []
+        for ticket in (after, dying):
+            with pytest.raises(ChannelFailure) as caught:
+                channel.collect(ticket)
+            failures.append(caught.value.reason)
+        assert failures[0] == failures[1] and "exited (exit code 4)" in failures[0]
+        assert channel.round_trip(b"again") == b"again" and channel.restarts == 1
+    finally:
+        channel.close()
+
+
+def test_a_hung_child_fails_its_requests_at_the_deadline(tmp_path):
+    channel = _echo(tmp_path, 0.0, 0.5, extra="if line.startswith('hang'): time.sleep(30)")
+    try:
+        assert channel.round_trip(b"started") == b"started"  # past the start-up grace
+        tickets = [channel.post(b"hang"), channel.post(b"b")]
+        for ticket in tickets:
+            with pytest.raises(ChannelFailure, match=r"no complete reply within 0.5s"):
+                channel.collect(ticket)
+        assert channel.pid is None  # killed
+    finally:
+        channel.close()
+
+
+def test_colocated_gives_a_worker_apart_its_own_cpu(tmp_path, monkeypatch):
+    """``apart``: that policy worker on a second CPU, the others with the thread; without a
+    second CPU free, on the thread's CPU (and ``has_own_cpu`` says so)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: nothing to colocate")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
+    before = os.sched_getaffinity(0)
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    spec = parse_oracle_spec("python:vendors.cartpole_policies:balance", base_dir=examples)
+    apart, other = make_oracle(spec), make_oracle(spec)
+    try:
+        apart.act(np.zeros((1, 4)))  # started before: pinned on entry
+        with colocated(apart.channel):
+            (mine,) = os.sched_getaffinity(0)
+            assert has_own_cpu(apart.channel) and not has_own_cpu(other.channel)
+            other.act(np.zeros((1, 4)))  # started inside: pinned at start
+            (its,) = os.sched_getaffinity(apart.channel.pid)
+            assert its != mine and os.sched_getaffinity(other.channel.pid) == {mine}
+        assert not has_own_cpu(apart.channel)
+        assert os.sched_getaffinity(apart.channel.pid) == before
+        # every other CPU held by other runs: the worker stays with the thread
+        held = [open(tmp_path / f"safecert-cpu-{os.getuid()}" / f"{c}.lock", "wb") for c in before]
+        for fh in held[1:]:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held[0].close()
+        with colocated(apart.channel):
+            assert not has_own_cpu(apart.channel)
+            assert os.sched_getaffinity(apart.channel.pid) == os.sched_getaffinity(0)
+        for fh in held[1:]:
+            fh.close()
+    finally:
+        apart.close()
+        other.close()

@@ -22,6 +22,7 @@ a child produced.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -113,6 +114,13 @@ class Channel:
         self._stderr = b""
         self._started = 0
         self._awaiting_ready = False  # started by :meth:`start`, its ready line not yet read
+        self._grace = 0.0  # the start-up grace of the next reply (a child without a ready line)
+        #: requests posted, not yet answered, oldest first: (ticket, posted at, deadline in s)
+        self._in_flight: collections.deque[tuple[int, float, float]] = collections.deque()
+        self._replies: dict[int, bytes | ChannelFailure] = {}  # read, not yet collected
+        self._out = bytearray()  # request bytes the pipe has not taken yet
+        self._next_ticket = 0
+        self._answered = 0.0  # when the last reply was read
         self.ready_line = b""  # the child's last handshake line (``handshake``)
 
     @property
@@ -130,14 +138,16 @@ class Channel:
             os.set_blocking(pipe.fileno(), False)
         if self.handshake:
             _LIVE_WORKERS.add(self)
-            if _COLOCATION.cpu is not None:
-                _pin(proc.vendor_pid, {_COLOCATION.cpu})
+            cpu = _COLOCATION.cpu_of(self)
+            if cpu is not None:
+                _pin(proc.vendor_pid, {cpu})
         elif _COLOCATION.mask is not None:  # a vendor started from a pinned thread gets every CPU
             _pin(proc.vendor_pid, _COLOCATION.mask)
         if self._started:
             self.restarts += 1
         self._started += 1
         self._proc, self._buf, self._stderr = proc, b"", b""
+        self._out.clear()
         return proc
 
     def _kill(self) -> None:
@@ -177,64 +187,118 @@ class Channel:
         imports, model loading) overlaps the caller's own work, and the first round trip waits
         for its ready line under the start-up grace. A no-op while it runs."""
         assert self.handshake, "a child without a ready line gets its grace at its first call"
-        if self._proc is not None and self._proc.poll() is None:
+        if self._in_flight or (self._proc is not None and self._proc.poll() is None):
             return
         self._kill()
         self._start()
         self._awaiting_ready = self.handshake
 
-    # -- one round trip -----------------------------------------------------------------------
+    # -- one round trip, or several in flight ---------------------------------------------
     def round_trip(self, payload: bytes, timeout_s: float | None = None) -> bytes:
         """Send one request line (``payload`` without its newline); return the reply line.
 
         ``timeout_s``: this call's deadline when it is not the channel's (a request that carries
         several policy calls gets the sum of theirs)."""
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        proc = self._proc
-        grace = 0.0
-        if proc is None or proc.poll() is not None:
-            # Never started, or exited after its last reply (nothing was lost): start afresh.
-            self._kill()
-            proc = self._start()
-            self._awaiting_ready = self.handshake
-            grace = STARTUP_GRACE_S
-        if self._awaiting_ready:  # start-up ends at the child's ready line, not at the reply
-            self._awaiting_ready = False
-            self.ready_line = self._exchange(proc, b"", STARTUP_GRACE_S, self.timeout_s)
-            grace = 0.0
-        return self._exchange(proc, payload + b"\n", grace, timeout)
+        return self.collect(self.post(payload, timeout_s))
 
-    def _exchange(
-        self, proc: procs.VendorProcess, payload: bytes, grace: float, timeout_s: float
+    def post(self, payload: bytes, timeout_s: float | None = None) -> int:
+        """Send one request line now and return its ticket; :meth:`collect` reads its reply.
+
+        Requests are answered in order, so several may be in flight: a caller may post the next
+        request before it has read the last reply (the child works while the caller does). Each
+        keeps the guarantees of :meth:`round_trip`: its deadline (``timeout_s``, else the
+        channel's) runs from when the child can have started on it — the later of its posting
+        and the reading of the reply before it — so a request queued behind another is not
+        charged for the other's time. A failure (a crash, a timeout, a flood) kills the child
+        and fails every request in flight with the same reason; the next post starts a fresh
+        child."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if not self._in_flight:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                # Never started, or exited after its last reply (nothing was lost): start afresh.
+                self._kill()
+                self._start()
+                self._awaiting_ready = self.handshake
+                self._grace = STARTUP_GRACE_S
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._in_flight.append((ticket, time.monotonic(), timeout))
+        self._out += payload + b"\n"
+        proc = self._proc
+        assert proc is not None
+        try:  # the pipe almost always takes a request at once: no select before the write
+            del self._out[: os.write(proc.stdin.fileno(), self._out)]
+        except BlockingIOError:
+            pass
+        except OSError:  # the child is gone: its replies before this are still read in turn
+            pass
+        return ticket
+
+    def collect(self, ticket: int) -> bytes:
+        """The reply line of the request posted as ``ticket`` (each ticket once); replies to
+        earlier tickets read on the way are kept for their own :meth:`collect`.
+
+        Raises :class:`ChannelFailure` when that request failed (the child was killed and
+        reaped; it restarts on the next post)."""
+        while ticket not in self._replies:
+            if not self._in_flight:
+                raise ValueError(f"ticket {ticket} was never posted or was collected already")
+            self._read_next()
+        reply = self._replies.pop(ticket)
+        if isinstance(reply, ChannelFailure):
+            raise reply
+        return reply
+
+    def _read_next(self) -> None:
+        """Read the reply to the oldest request in flight into ``_replies``; on a failure, every
+        request in flight gets the failure and the child is killed."""
+        ticket, posted, timeout = self._in_flight[0]
+        proc = self._proc
+        try:
+            if proc is None:
+                raise ChannelFailure(f"{self.what} was not running; restarted on the next call")
+            if self._awaiting_ready:  # start-up ends at the child's ready line, not at the reply
+                self._awaiting_ready, self._grace = False, 0.0
+                began = time.monotonic()
+                self.ready_line = self._read_line(proc, began, STARTUP_GRACE_S, self.timeout_s)
+                self._answered = time.monotonic()
+            grace, self._grace = self._grace, 0.0
+            line = self._read_line(proc, max(posted, self._answered), grace, timeout)
+        except ChannelFailure as exc:
+            for lost, _, _ in self._in_flight:
+                self._replies[lost] = exc
+            self._in_flight.clear()
+            self._out.clear()
+            self._kill()
+            return
+        self._in_flight.popleft()
+        self._replies[ticket] = line
+        self._answered = time.monotonic()
+
+    def _read_line(
+        self, proc: procs.VendorProcess, began: float, grace: float, timeout_s: float
     ) -> bytes:
-        """Write ``payload`` (may be empty) and read one line, all within the deadline."""
-        out = memoryview(payload)
-        if out:  # the pipe almost always takes a request at once: no select before the write
-            try:
-                out = out[os.write(proc.stdin.fileno(), out) :]
-            except BlockingIOError:
-                pass
-            except OSError:
-                raise self._crashed(proc, "closed its input") from None
-        deadline = time.monotonic() + timeout_s + grace
+        """Read one line, writing what is left of the requests meanwhile, by ``began`` +
+        ``timeout_s`` (+ ``grace`` until the child's first byte)."""
+        deadline = began + timeout_s + grace
         readers = [proc.stdout, proc.stderr]
         buf = bytearray(self._buf)  # appended in place; only new bytes are searched for "\n"
         newline = buf.find(b"\n")
         while newline < 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._kill()
                 # no measured times in the reason: it is part of the episode's (reproducible) record
                 extra = f"; start-up grace {grace:g}s" if grace else ""
                 raise ChannelFailure(
                     f"no complete reply within {timeout_s:g}s (deadline of the whole "
                     f"call{extra}); {self.what} killed, restarted on the next call"
                 )
-            writers = [proc.stdin] if out else []
+            writers = [proc.stdin] if self._out else []
             ready_r, ready_w, _ = select.select(readers, writers, [], remaining)
             if ready_w:
                 try:
-                    out = out[os.write(proc.stdin.fileno(), out[:_CHUNK]) :]
+                    del self._out[: os.write(proc.stdin.fileno(), self._out[:_CHUNK])]
                 except BlockingIOError:
                     pass
                 except (BrokenPipeError, OSError):
@@ -254,7 +318,6 @@ class Channel:
                 newline = -1 if found < 0 else len(buf) + found
                 buf += data
                 if newline < 0 and len(buf) > MAX_REPLY_BYTES:
-                    self._kill()
                     raise ChannelFailure(
                         f"reply longer than {MAX_REPLY_BYTES >> 20} MiB without a newline; "
                         f"{self.what} killed, restarted on the next call"
@@ -285,6 +348,16 @@ class _Colocation:
     depth = 0
     mask: set[int] | None = None
     lock: IO[bytes] | None = None
+    #: the worker given a CPU of its own (:func:`colocated`'s ``apart``), that CPU and its lock
+    apart: Channel | None = None
+    apart_cpu: int | None = None
+    apart_lock: IO[bytes] | None = None
+
+    def cpu_of(self, channel: Channel) -> int | None:
+        """The CPU a colocated worker runs on (None: not colocated)."""
+        if channel is self.apart and self.apart_cpu is not None:
+            return self.apart_cpu
+        return self.cpu
 
 
 _COLOCATION = _Colocation()
@@ -326,7 +399,7 @@ def _claim_cpu(allowed: set[int]) -> tuple[int, IO[bytes]] | None:
 
 
 @contextlib.contextmanager
-def colocated() -> Iterator[None]:
+def colocated(apart: Channel | None = None) -> Iterator[None]:
     """Run the calling thread and safecert's own worker processes (policy and environment
     workers, started now or later) on one CPU until the block ends.
 
@@ -335,7 +408,13 @@ def colocated() -> Iterator[None]:
     2-vCPU virtual machine, a pipe round trip took 75–80 µs between CPUs and 8 µs on one. Each
     colocated process claims a CPU of its own (lock files), so rollout processes spread over the
     cores; with none left, nothing is pinned. Only safecert's own workers are pinned, never an
-    ``exec:`` vendor (which may want several cores). Outcomes never depend on it."""
+    ``exec:`` vendor (which may want several cores). Outcomes never depend on it.
+
+    ``apart``: a worker that does not take strict turns with the rollout — one whose next request
+    is posted before the last reply is read (:meth:`Channel.post`), so that it works while the
+    rollout does — gets a second CPU of its own when one is free (claimed like the first);
+    :func:`has_own_cpu` says whether it got one. Only a run that is alone on the machine's cores
+    should ask (one rollout process: ``workers = 1``)."""
     if _COLOCATION.depth:
         _COLOCATION.depth += 1
         try:
@@ -353,20 +432,35 @@ def colocated() -> Iterator[None]:
         yield
         return
     cpu, lock = claim
+    second = _claim_cpu(mask - {cpu}) if apart is not None else None
     _COLOCATION.cpu, _COLOCATION.depth, _COLOCATION.mask, _COLOCATION.lock = cpu, 1, mask, lock
+    if second is not None:
+        _COLOCATION.apart, (_COLOCATION.apart_cpu, _COLOCATION.apart_lock) = apart, second
     _pin(0, {cpu})
     for channel in list(_LIVE_WORKERS):
         if channel.pid is not None:
-            _pin(channel.pid, {cpu})
+            own = _COLOCATION.cpu_of(channel)
+            _pin(channel.pid, {cpu if own is None else own})
     try:
         yield
     finally:
+        held = _COLOCATION.apart_lock
         _COLOCATION.cpu, _COLOCATION.depth, _COLOCATION.mask = None, 0, None
+        _COLOCATION.apart, _COLOCATION.apart_cpu, _COLOCATION.apart_lock = None, None, None
         _pin(0, mask)
         for channel in list(_LIVE_WORKERS):
             if channel.pid is not None:
                 _pin(channel.pid, mask)
         lock.close()
+        if held is not None:
+            held.close()
+
+
+def has_own_cpu(channel: Channel) -> bool:
+    """Whether ``channel``'s worker runs on a CPU of its own now (:func:`colocated`'s
+    ``apart``): then posting its requests ahead of their replies lets it work while the caller
+    does; on the caller's CPU it would only add context switches."""
+    return _COLOCATION.apart is channel and _COLOCATION.apart_cpu is not None
 
 
 def _close(*pipes: IO[bytes] | None) -> None:

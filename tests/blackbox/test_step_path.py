@@ -6,11 +6,16 @@
   stepped past once the checker has checked its steps, the rollout applying the time limit
   itself: the records equal those of a hand loop through the whole chain, with a cost and a goal
   that read ``truncated`` on the step the time limit ends.
+- A policy worker on a CPU of its own answers one half of the copies while the rollout steps the
+  other (``run_lockstep``'s ``post``): the records equal those of waited calls, with failing
+  calls, replies outside the action space, a batch of two rows a call, a policy called inside
+  an environment's step while calls are in flight, and a run stopped early.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +23,7 @@ import pytest
 
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
+from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec
 from safecert.blackbox.rollout import run_lockstep
 from safecert.blackbox.spec import compile_spec, step_scope
 from safecert.expressions import EvalError, Read, parse
@@ -156,3 +162,96 @@ def test_an_environment_with_other_layers_is_stepped_whole():
     )
     assert [r.steps for r in records] == [30, 30] and all(r.goal for r in records)
     assert env.env._elapsed_steps == 30  # the TimeLimit inside counted the steps itself
+
+
+#: a policy whose reply depends on its row only, with every per-call path: integer and float
+#: replies, actions outside the space, a raise
+MIXED = """
+import numpy as np
+
+def mixed(obs):
+    obs = np.asarray(obs)
+    act = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+    if obs[0, 1] < -0.3:
+        raise RuntimeError("vendor crashed")
+    if obs[0, 1] > 0.3:
+        return act + 5  # outside Discrete(2)
+    if obs[0, 0] > 0.02:
+        return act.astype(float)
+    return act
+"""
+
+
+class _AsksThePolicy(gym.Wrapper):
+    """Calls the policy inside each step (as an observation adversary does), while the other
+    half's calls are in flight to the same policy worker."""
+
+    def __init__(self, env: gym.Env, act) -> None:
+        super().__init__(env)
+        self.act = act
+        self.asked: list[int] = []
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.asked.append(int(np.asarray(self.act(np.asarray(obs, dtype=float)[None]))[0]))
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize(("copies", "batch"), [(6, 1), (7, 1), (6, 2), (5, 2)])
+@pytest.mark.parametrize("asks", [False, True])
+def test_posted_calls_give_the_records_of_waited_calls(tmp_path, copies, batch, asks):
+    (tmp_path / "mixed_pol.py").write_text(textwrap.dedent(MIXED))
+    oracle = make_oracle(parse_oracle_spec("python:mixed_pol:mixed", base_dir=tmp_path))
+    config = _config(50, 'info.get("cost", 0)', "steps >= 30").model_copy(
+        update={"batch_size": batch}
+    )
+    jobs = [EpisodeJob(0, i, episode_seed(3, 0, i)) for i in range(23)]
+    try:
+        in_flight: list[int] = []
+
+        def post_calls(observations, size):
+            reply = oracle.post_calls(observations, size)
+            in_flight.append(len(oracle.channel._in_flight))
+            return reply
+
+        runs, asked = [], []
+        for post in (None, post_calls):
+            envs = [gym.make("CartPole-v1", max_episode_steps=45) for _ in range(copies)]
+            if asks:
+                envs = [_AsksThePolicy(env, oracle.act) for env in envs]
+            records = run_lockstep(
+                envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
+            )
+            runs.append(sorted(records, key=lambda r: r.index))
+            asked.append(sorted(sum((env.asked for env in envs), [])) if asks else [])
+        waited, posted = runs
+        assert posted == waited and asked[0] == asked[1]
+        assert max(in_flight) == 2  # one half's calls were in flight while the other stepped
+        reasons = {r.failure_reason.split(":")[0] for r in waited if r.failure_reason}
+        assert reasons == {"the policy failed the call", "action_out_of_space"}, reasons
+        assert any(r.goal for r in waited) and oracle.restarts == 0
+    finally:
+        oracle.close()
+
+
+def test_a_posted_run_stopped_early_leaves_the_worker_in_step(tmp_path):
+    """A consumer that stops after the first record: the calls in flight are read, so the next
+    call gets its own reply."""
+    (tmp_path / "pol.py").write_text(textwrap.dedent(MIXED).replace("def mixed", "def act"))
+    oracle = make_oracle(parse_oracle_spec("python:pol:act", base_dir=tmp_path))
+    config = _config(None, "0", "steps > 0")
+    envs = [gym.make("CartPole-v1", max_episode_steps=20) for _ in range(4)]
+    jobs = [EpisodeJob(0, i, i) for i in range(8)]
+    try:
+        run = run_lockstep(
+            envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=oracle.post_calls
+        )
+        first = next(run)
+        run.close()
+        assert first.steps > 0
+        assert oracle.act(np.array([[0.0, 0.0, 0.5, 0.0], [0.0, 0.0, -0.5, 0.0]])).tolist() == [
+            1,
+            0,
+        ]
+    finally:
+        oracle.close()

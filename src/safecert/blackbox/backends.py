@@ -24,7 +24,7 @@ from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,7 +32,11 @@ from safecert import procs
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import Oracle, OracleSpec, lockstep_calls, make_oracle
+from safecert.blackbox.oracles.base import PostCalls
 from safecert.envs import in_worker as env_in_worker
+
+if TYPE_CHECKING:
+    from safecert.isolation import Channel
 
 
 @dataclass(frozen=True)
@@ -122,14 +126,27 @@ class Backend(Protocol):
 class Worker:
     """A worker's oracle and per-cell env copies, built once and reused across chunks.
 
-    ``oracle``: one the caller owns (and closes), instead of one built from ``ctx.oracle``."""
+    ``oracle``: one the caller owns (and closes), instead of one built from ``ctx.oracle``.
+    ``alone``: this worker is the run's only one (``workers = 1``): its policy worker, if it has
+    one and steps more than one episode copy, may get a CPU of its own and answer one half of
+    the copies while the rollout steps the other half (:func:`safecert.isolation.colocated`'s
+    ``apart``, :func:`~safecert.blackbox.rollout.run_lockstep`'s ``post``)."""
 
-    def __init__(self, ctx: RunContext, oracle: Oracle | None = None) -> None:
+    def __init__(
+        self, ctx: RunContext, oracle: Oracle | None = None, *, alone: bool = False
+    ) -> None:
         self.ctx = ctx
         self._owns_oracle = oracle is None
         self.oracle = make_oracle(ctx.oracle) if oracle is None else oracle
         self.calls = lockstep_calls(self.oracle)
         self.copies = episodes_per_worker(ctx)
+        post = getattr(self.oracle, "post_calls", None)
+        #: the policy worker's channel, and how a step's calls are posted ahead to it, when it
+        #: may run on a CPU of its own (a policy worker of a lone rollout with several copies)
+        self.post: PostCalls | None = None
+        self.apart: Channel | None = None
+        if alone and post is not None and ctx.oracle.in_worker and lockstep(ctx) >= 2:
+            self.post, self.apart = post, getattr(self.oracle, "channel", None)
         self.envs: dict[int, list] = {}
         self._colocation = ExitStack()
         #: pin this thread and its workers to one CPU only when there are workers to share it
@@ -165,10 +182,11 @@ class Worker:
         environment workers, when it has any, on this thread's CPU
         (:func:`safecert.isolation.colocated`)."""
         from safecert.blackbox.rollout import run_lockstep
-        from safecert.isolation import colocated
+        from safecert.isolation import colocated, has_own_cpu
 
         out: list[EpisodeRecord] = []
-        with colocated() if self.colocate else nullcontext():
+        with colocated(self.apart) if self.colocate else nullcontext():
+            post = self.post if self.apart is not None and has_own_cpu(self.apart) else None
             for cell, group in groupby(jobs, key=lambda j: j.cell):
                 cell_jobs = list(group)
                 out.extend(
@@ -178,6 +196,7 @@ class Worker:
                         self.oracle.act,
                         self.ctx.config,
                         calls=self.calls,
+                        post=post,
                     )
                 )
         return out
@@ -190,7 +209,7 @@ class Worker:
         from safecert.isolation import colocated
 
         if self.colocate:
-            self._colocation.enter_context(colocated())
+            self._colocation.enter_context(colocated(self.apart))
 
     def close(self) -> None:
         for envs in self.envs.values():
@@ -291,7 +310,7 @@ class LocalBackend:
         self.close()
         self.workers = self.worker_count(ctx)
         if self.workers == 1:
-            self._worker = Worker(ctx, self._lent)
+            self._worker = Worker(ctx, self._lent, alone=True)
             self._worker.stay_colocated()
         else:
             mp_ctx = mp.get_context("forkserver")

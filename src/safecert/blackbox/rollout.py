@@ -24,6 +24,7 @@ and the committed digests of tests/blackbox/test_rollout_digest.py).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -54,7 +55,14 @@ from safecert.blackbox.envelope import (
 )
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import OracleFailure
-from safecert.blackbox.oracles.base import CallResult, Calls, call_groups, each_call
+from safecert.blackbox.oracles.base import (
+    CallResult,
+    Calls,
+    PostCalls,
+    Reply,
+    call_groups,
+    each_call,
+)
 from safecert.blackbox.spec import EpisodeSpec, compile_spec, step_scope
 from safecert.errors import ConfigError
 from safecert.expressions import EvalError
@@ -259,6 +267,7 @@ def run_lockstep(
     *,
     strict: bool = False,
     calls: Calls | None = None,
+    post: PostCalls | None = None,
 ) -> Iterator[EpisodeRecord]:
     """Run ``jobs`` on the ``len(envs)`` copies in lockstep; yield records as episodes end.
 
@@ -268,6 +277,13 @@ def run_lockstep(
     goes to ``policy`` in one call. The action checks run once over the whole step when every
     call's reply has one dtype and row shape (the checks are row by row, so the actions are the
     same as checking each call alone).
+
+    ``post`` (:data:`PostCalls`, a policy worker on a CPU of its own): the copies are stepped in
+    two halves of whole calls, each half's calls posted as soon as its step is done and read when
+    the other half's step is done, so the policy answers one half while the environments of the
+    other step. Each row is the same call with the same observation, so every record is the same
+    as without ``post`` (a policy whose rows are independent; the order in which records are
+    yielded may differ).
 
     A spec that cannot be evaluated (a missing key, an index outside the observation) ends the
     episode as a failure of kind ``spec``; with ``strict`` it raises :class:`SpecFailure`
@@ -345,18 +361,20 @@ def run_lockstep(
             return discrete.actions(actions)
         return None
 
-    while True:
-        running = [(i, ep) for i, ep in enumerate(slots) if ep is not None]
-        if not running:
-            return
-        n = len(running)
-        batch = (  # the observations as float64 rows, converted once for the whole step
-            np.asarray(running[0][1].obs, dtype=np.float64)[None]
-            if n == 1
-            else np.array([ep.obs for _, ep in running], dtype=np.float64)
-        )
-        results = step_calls(batch, size)
-        raw, accepted, failed = _step_actions(results, n, size, accept)
+    def live(part: range) -> list[tuple[int, _Episode]]:
+        return [(i, ep) for i in part if (ep := slots[i]) is not None]
+
+    def observations(running: list[tuple[int, _Episode]]) -> np.ndarray:
+        """The live rows' observations as float64 rows, converted once for the whole step."""
+        if len(running) == 1:
+            return np.asarray(running[0][1].obs, dtype=np.float64)[None]
+        return np.array([ep.obs for _, ep in running], dtype=np.float64)
+
+    def advance(
+        running: list[tuple[int, _Episode]], results: np.ndarray | list[CallResult]
+    ) -> Iterator[EpisodeRecord]:
+        """Step the ``running`` rows with their calls' ``results``; yield the episodes ended."""
+        raw, accepted, failed = _step_actions(results, len(running), size, accept)
         for row, (i, ep) in enumerate(running):
             if failed is not None and failed[row] is not None:
                 yield record(ep, False, False, failed[row])
@@ -401,6 +419,27 @@ def run_lockstep(
                 ep.last = step_scope(true_obs, action, reward, info, terminated, truncated, t)
                 yield record(ep, bool(terminated), bool(truncated), None)
                 yield from fill(i)
+
+    if post is None or len(envs) <= size:
+        every = range(len(envs))
+        while running := live(every):
+            yield from advance(running, step_calls(observations(running), size))
+        return
+    # two halves of the copies (whole calls each), one's calls in flight while the other steps
+    half = -(-len(envs) // size // 2) * size
+    in_flight: deque[tuple[range, list[tuple[int, _Episode]], Reply]] = deque()
+    for part in (range(half), range(half, len(envs))):
+        if running := live(part):
+            in_flight.append((part, running, post(observations(running), size)))
+    try:
+        while in_flight:
+            part, running, reply = in_flight.popleft()
+            yield from advance(running, reply())
+            if running := live(part):
+                in_flight.append((part, running, post(observations(running), size)))
+    finally:  # a run that stops early still reads what it sent: the next request gets its reply
+        for _, _, reply in in_flight:
+            reply()
 
 
 #: a row whose call's reply was not accepted whole: :func:`to_action` judges it alone

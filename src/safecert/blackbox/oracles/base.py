@@ -61,6 +61,12 @@ CallResult = np.ndarray | OracleFailure
 #: when every call succeeded with a reply of one dtype and row shape (:func:`stacked`), else one
 #: :data:`CallResult` per call, in order
 Calls = Callable[[np.ndarray, int], "np.ndarray | list[CallResult]"]
+#: a step's calls sent, their replies not yet read: called once, it waits for them (as
+#: :data:`Calls` returns them)
+Reply = Callable[[], "np.ndarray | list[CallResult]"]
+#: :data:`Calls` in two halves: send the step's calls now, read their replies later (an oracle
+#: whose calls run in another process, which can answer while the rollout steps other episodes)
+PostCalls = Callable[[np.ndarray, int], Reply]
 
 
 @lru_cache(maxsize=1024)

@@ -23,8 +23,11 @@ from safecert.blackbox.oracles import OracleSpec
 from safecert.blackbox.oracles.base import (
     CallResult,
     OracleFailure,
+    Reply,
     call_groups,
+    decode_reply,
     each_call,
+    encode_request,
     health_check,
     json_call,
     parse_reply,
@@ -67,21 +70,35 @@ class ExecOracle:
 
     def act_calls(self, observations: np.ndarray, size: int) -> np.ndarray | list[CallResult]:
         """The :data:`~safecert.blackbox.oracles.base.Calls` of a lockstep step: one policy call
-        per group of ``size`` rows, each answered as if alone.
+        per group of ``size`` rows, each answered as if alone (:meth:`post_calls`, waited for;
+        one call is one :meth:`act`)."""
+        if len(call_groups(len(observations), size)) <= 1:
+            return each_call(self.act, observations, size)
+        return self.post_calls(observations, size)()
+
+    def post_calls(self, observations: np.ndarray, size: int) -> Reply:
+        """:meth:`act_calls` in two halves: the step's request is sent now and the returned
+        function reads and checks its reply, so the rollout can step other episodes while the
+        policy worker answers (:data:`~safecert.blackbox.oracles.base.PostCalls`).
 
         A policy worker receives every call of the step in ONE round trip (a ``"calls"`` request)
         and calls the policy on each group in turn; the round trip's deadline is the sum of its
-        calls' (``timeout_s`` each), and the worker fails any one call that took longer than
-        ``timeout_s``, so each call keeps a lone call's deadline. Each call's reply is checked as a lone call's would be
+        calls' (``timeout_s`` each, from when the worker can have started on it:
+        :meth:`safecert.isolation.Channel.post`), and the worker fails any one call that took
+        longer than ``timeout_s``, so each call keeps a lone call's deadline. Each call's reply
+        is checked as a lone call's would be
         (:func:`~safecert.blackbox.oracles.base.reply_actions`; when every reply holds numbers of
         one type, all at once: :func:`_same_rows`). A group holding a non-finite observation
         fails up front, as a lone call would; a worker that dies, hangs or answers out of
-        protocol fails every call of the round trip, with the reason and how many calls it held.
-        A vendor's own ``exec:`` program answers whole requests, so its calls go one round trip
-        each."""
+        protocol fails every call of the round trip (and of every round trip in flight), with
+        the reason and how many calls it held. A vendor's own ``exec:`` program answers whole
+        requests, so its calls go one round trip each, made now."""
         groups = call_groups(len(observations), size)
-        if not self.spec.in_worker or len(groups) <= 1:
-            return each_call(self.act, observations, size)
+        if not self.spec.in_worker:
+            done = each_call(self.act, observations, size)
+            return lambda: done
+        if len(groups) == 1:  # one call: a plain request, answered as each_call answers it
+            return self._post_one(observations)
         obs = np.ascontiguousarray(observations, dtype=np.float64)
         out: dict[int, CallResult] = {}
         sent = list(range(len(groups)))
@@ -90,39 +107,77 @@ class ExecOracle:
             for k in set(range(len(groups))) - set(sent):
                 out[k] = OracleFailure("observations contain non-finite values")
             if not sent:
-                return [out[k] for k in range(len(groups))]
+                failed = [out[k] for k in range(len(groups))]
+                return lambda: failed
             obs = np.concatenate([obs[groups[k].start : groups[k].stop] for k in sent])
         sizes = [len(groups[k]) for k in sent]
+        request = orjson.dumps(
+            {"observations": obs, "calls": sizes, "timeout_s": self.spec.timeout_s},
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )
         try:
-            line = self._round_trip(
-                orjson.dumps(
-                    {"observations": obs, "calls": sizes, "timeout_s": self.spec.timeout_s},
-                    option=orjson.OPT_SERIALIZE_NUMPY,
-                ),
-                self.spec.timeout_s * len(sent),
-            )
-            replies = _call_replies(parse_reply(line), len(sent))
-        except OracleFailure as exc:
-            whole = OracleFailure(
-                f"{exc.reason} (one round trip held {len(sent)} policy calls: each fails with it)"
-            )
-            out.update(dict.fromkeys(sent, whole))
-            return [out[k] for k in range(len(groups))]
-        if len(sent) == len(groups):
-            rows = _same_rows(replies, sizes)
-            if rows is not None:
-                return rows
-        for k, doc, n in zip(sent, replies, sizes, strict=True):
+            ticket: int | None = self.channel.post(request, self.spec.timeout_s * len(sent))
+            not_sent = None
+        except ChannelFailure as exc:  # the worker could not be started
+            ticket, not_sent = None, OracleFailure(exc.reason)
+
+        def reply() -> np.ndarray | list[CallResult]:
             try:
-                if isinstance(doc, dict) and "late" in doc:
-                    raise OracleFailure(
-                        f"no complete reply within {self.spec.timeout_s:g}s (this call of a "
-                        "lockstep round trip overran its own deadline; the worker timed it)"
-                    )
-                out[k] = reply_actions(doc, n)
+                if not_sent is not None:
+                    raise not_sent
+                assert ticket is not None
+                replies = _call_replies(parse_reply(self._collect(ticket)), len(sent))
             except OracleFailure as exc:
-                out[k] = exc
-        return stacked([out[k] for k in range(len(groups))], groups)
+                whole = OracleFailure(
+                    f"{exc.reason} (one round trip held {len(sent)} policy calls: each fails "
+                    "with it)"
+                )
+                out.update(dict.fromkeys(sent, whole))
+                return [out[k] for k in range(len(groups))]
+            if len(sent) == len(groups):
+                rows = _same_rows(replies, sizes)
+                if rows is not None:
+                    return rows
+            for k, doc, n in zip(sent, replies, sizes, strict=True):
+                try:
+                    if isinstance(doc, dict) and "late" in doc:
+                        raise OracleFailure(
+                            f"no complete reply within {self.spec.timeout_s:g}s (this call of a "
+                            "lockstep round trip overran its own deadline; the worker timed it)"
+                        )
+                    out[k] = reply_actions(doc, n)
+                except OracleFailure as exc:
+                    out[k] = exc
+            return stacked([out[k] for k in range(len(groups))], groups)
+
+        return reply
+
+    def _post_one(self, observations: np.ndarray) -> Reply:
+        """One call posted as :meth:`act` sends it; its reply as :func:`each_call` gives a lone
+        call's (the actions, or ``[failure]``)."""
+        obs = np.asarray(observations, dtype=np.float64)
+        try:
+            ticket = self.channel.post(encode_request(obs))
+        except ValueError:  # JSON has no NaN: the call fails up front, as json_call fails it
+            failed: list[CallResult] = [OracleFailure("observations contain non-finite values")]
+            return lambda: failed
+        except ChannelFailure as exc:  # the worker could not be started
+            failed = [OracleFailure(exc.reason)]
+            return lambda: failed
+
+        def reply() -> np.ndarray | list[CallResult]:
+            try:
+                return np.asarray(decode_reply(self._collect(ticket), len(obs)))
+            except OracleFailure as exc:
+                return [exc]
+
+        return reply
+
+    def _collect(self, ticket: int) -> bytes:
+        try:
+            return self.channel.collect(ticket)
+        except ChannelFailure as exc:
+            raise OracleFailure(exc.reason) from None
 
     def start(self) -> None:
         """Start a policy worker now; its first call waits for it (:meth:`Channel.start`). A

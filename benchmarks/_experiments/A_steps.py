@@ -1,0 +1,50 @@
+"""Experiment (helper A, issue 28.2): one rollout loop, for instruction counts under Valgrind.
+
+    valgrind --tool=callgrind --callgrind-out-file=OUT python A_steps.py TASK EPISODES MODE
+MODE: hand | in-process | isolated | isolated-post (the rollout loop of rollout_overhead.py;
+isolated-post: a step's calls posted per half of the copies, as a lone run whose policy worker
+has a CPU of its own does). Per step: (Ir(2E) - Ir(E)) / extra steps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import rollout_overhead as ro  # noqa: E402
+
+from safecert.blackbox.backends import RunContext, lockstep  # noqa: E402
+from safecert.blackbox.config import RunConfig  # noqa: E402
+from safecert.blackbox.jobs import EpisodeJob, episode_seed  # noqa: E402
+from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec  # noqa: E402
+from safecert.blackbox.rollout import make_base_env, run_lockstep  # noqa: E402
+
+
+def main() -> None:
+    task, episodes, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if mode == "hand":
+        print(ro.hand_loop(task, episodes, ro.hand_policy(task)))
+        return
+    spec = ro.TASKS[task]
+    config = RunConfig.model_validate(
+        {**spec, "episodes": episodes, "seed": 0, "workers": 1, "batch_size": 1}
+    )
+    trust = "in-process" if mode == "in-process" else "isolated"
+    oracle_spec = parse_oracle_spec(config.policy, base_dir=ro.REPO / "examples", trust=trust)
+    oracle = make_oracle(oracle_spec)
+    k = lockstep(RunContext(config, str(ro.REPO), ({},), None, oracle_spec))
+    envs = [make_base_env(config, ro.REPO) for _ in range(min(k, episodes))]
+    jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
+    post = oracle.post_calls if mode == "isolated-post" else None  # type: ignore[attr-defined]
+    try:
+        oracle.probe()
+        records = run_lockstep(
+            envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
+        )
+        print(sum(r.steps for r in records))
+    finally:
+        oracle.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -77,7 +77,7 @@ SYSTEMS = {
         np.array([1.5, 2.0, 0.4, 2.0]),
         np.array([0.2, 0.2, 0.05, 0.1]),
     ),
-    "lane4": (lane4_step, np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.3, 0.2, 0.2, 0.2])),
+    "lane4": (lane4_step, np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.15, 0.1, 0.1, 0.1])),
 }
 
 

@@ -110,23 +110,25 @@ def test_lane4_policy_is_the_file_its_training_script_writes(tmp_path) -> None:
     assert hashlib.sha256((tmp_path / "lane4.npz").read_bytes()).hexdigest() == LANE4_SHA256
 
 
-@pytest.mark.slow  # a few CEGIS rounds on the 4-D closure MILP: ≈ 20 CPU-s
-def test_a_short_lane4_run_writes_a_certificate_that_verifies(tmp_path, capsys) -> None:
+@pytest.mark.slow  # a few CEGIS rounds on the 4-D closure MILP, twice: ≈ 40 CPU-s
+def test_a_short_lane4_run_writes_a_certificate_that_verifies_and_repeats(tmp_path, capsys) -> None:
     """``--benchmark lane4`` end to end, cut short by its iteration budget: the certificate
     (UNKNOWN, claiming nothing) names the packaged policy by its pinned digest, and ``safecert
-    verify`` re-derives every recorded value."""
+    verify`` re-derives every recorded value. The same inputs again (on two solver processes
+    instead of one) write the same certificate but for its timings, byte for byte."""
     import json
 
     from safecert.bnn.certify import certify_run
     from safecert.cli.main import main
+    from tests.bnn.test_budgets import reproducible
 
     cfg = benchmark_config(
         "lane4",
         epsilon="0.5sigma",
         limits={"max_iterations": 3},
-        data={"witness_rollouts": 2000, "bootstrap_states": 500},
+        data={"witness_rollouts": 2000, "bootstrap_states": 500, "falsifier_samples": 50_000},
     )
-    run = certify_run(cfg, None, tmp_path / "out")
+    run = certify_run(cfg, None, tmp_path / "out", workers=1)
     assert run.certificate.verdict == "UNKNOWN"
     assert run.certificate.result.reason.startswith("iteration cap 3 reached")
     cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
@@ -136,3 +138,36 @@ def test_a_short_lane4_run_writes_a_certificate_that_verifies(tmp_path, capsys) 
     assert main(["verify", str(tmp_path / "out" / "certificate.json"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["checks"] and all(c["ok"] for c in report["checks"])
+    again = certify_run(cfg, None, tmp_path / "again", workers=2).certificate
+    first, second = (
+        json.dumps(reproducible(c), sort_keys=True).encode() for c in (run.certificate, again)
+    )
+    assert first == second
+
+
+def _falsifier_tables() -> dict:
+    """``SYSTEMS`` of ``benchmarks/bnn_cert_falsify.py`` (the independent falsifier's hand tables)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bnn_cert_falsify.py"
+    spec = importlib.util.spec_from_file_location("bnn_cert_falsify", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SYSTEMS
+
+
+@pytest.mark.parametrize("name", SCALE_POLICIES)
+def test_the_independent_falsifier_checks_the_packaged_sets(name) -> None:
+    """The falsifier's hand-written B and X0 are the packaged tables' (a falsifier sampling an old
+    X0 would check a claim the certificate does not make): centred boxes with these half-widths."""
+    step, b_half, x0_half = _falsifier_tables()[name]
+    bench = get_benchmark(name)
+    [x0] = bench.initial.pieces
+    np.testing.assert_array_equal(bench.box.hi, b_half)
+    np.testing.assert_array_equal(bench.box.lo, -b_half)
+    np.testing.assert_array_equal(x0.box.hi, x0_half)
+    np.testing.assert_array_equal(x0.box.lo, -x0_half)
+    x = np.random.default_rng(0).uniform(-b_half, b_half, size=(2000, len(b_half)))
+    u = np.random.default_rng(1).uniform(-3, 3, size=(2000, 1))
+    np.testing.assert_allclose(step(x, u[:, 0]), bench.step(x, u), rtol=0, atol=1e-12)

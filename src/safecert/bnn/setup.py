@@ -112,6 +112,10 @@ def benchmark_config(name: str, **overrides: object) -> BnnConfig:
         # parallel; lane at 0.5σ: 149 rounds against 287 with halves, benchmarks/RESULTS_bnn_scale.md)
         data["limits"] = {"max_iterations": 1000}
         data["verifier"] = {"closure_splits": 2}
+    if policy == "lane4":  # 50 000 sampled closure checks before each MILP (a few ms each round):
+        # the 4-D closure MILP costs ≈ 8–10 CPU-s a call, and most candidates' violations are
+        # found by sampling first (benchmarks/RESULTS_bnn_scale.md, session 4)
+        data["data"] = {"falsifier_samples": 50_000}
     data.update(overrides)
     cfg = parse_model(BnnConfig, data)
     check_config(cfg)

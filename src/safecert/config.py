@@ -15,13 +15,16 @@ import tomllib
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from safecert.errors import ConfigError
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
+#: pydantic is imported where a model is validated, not with this module: reading a TOML file
+#: (``safecert certify`` reads the policy before anything else) does not pay for it
+M = TypeVar("M", bound="BaseModel")
 
 #: configs are small; anything larger is refused before parsing
 MAX_TOML_BYTES = 16 << 20
@@ -258,6 +261,8 @@ def parse_model(model: type[M], data: dict[str, Any], *, prefix: str = "") -> M:
     An unknown key is reported before any other error (a misspelt key usually also makes a
     required one missing), with the closest known key of its table: ``episode: unknown key;
     did you mean `episodes`?``."""
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -301,6 +306,8 @@ def validation_to_config_error(
 def _user_path(model: type[BaseModel] | None, loc: list[Any]) -> tuple[list[str], list[str]]:
     """``loc`` without union tags, and the keys a table at ``loc[:-1]`` may hold (walking
     ``model``'s annotations); ``(loc as strings, [])`` where the walk cannot follow."""
+    from pydantic import BaseModel
+
     if model is None:
         return [str(p) for p in loc], []
     here: list[Any] = [model]
@@ -334,6 +341,8 @@ def _members(tp: Any) -> list[Any]:
 
 def _step(here: list[Any], part: Any) -> list[Any]:
     """The types found under key or index ``part`` of a value of one of the types ``here``."""
+    from pydantic import BaseModel
+
     out: list[Any] = []
     for tp in here:
         origin, args = typing.get_origin(tp), typing.get_args(tp)

@@ -35,7 +35,7 @@ from safecert.blackbox.config import RunConfig, certified_parameters
 from safecert.blackbox.grid import Family, axes
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.judge import judge_run
-from safecert.blackbox.oracles import Oracle, make_oracle
+from safecert.blackbox.oracles import Oracle, OracleSpec, make_oracle
 from safecert.blackbox.plan import RunPlan, plan_run
 from safecert.blackbox.progress import Progress, RunTracker, run_events
 from safecert.blackbox.result import (
@@ -271,16 +271,19 @@ def certify(
     progress: Progress = None,
     sign_key: Path | None = None,
     base_dir: Path | None = None,
+    started: tuple[OracleSpec, Oracle] | None = None,
 ) -> BlackboxCertificate:
     """Run a fixed-N certification end to end; returns the certificate written to ``out_dir``
     (with its episode store; the report is the caller's: :func:`safecert.report.write_run_report`).
-    ``base_dir``: where the config's relative paths resolve (default: the config's folder)."""
+    ``base_dir``: where the config's relative paths resolve (default: the config's folder).
+    ``started``: ``(spec, oracle)``, a policy oracle the caller started ahead of the plan (its
+    process starting while this module is imported: :func:`lent_oracle`)."""
     plan = plan_run(config_path, base_dir)
     backend = backend or LocalBackend(workers or plan.config.workers)
     with (
         run_events(progress) as events,
         open_store(plan, out_dir, resume=resume) as store,
-        lent_oracle(plan, backend) as oracle,
+        lent_oracle(plan, backend, started) as oracle,
         closing_local(backend),
     ):
         ctx = make_context(plan, store, oracle)
@@ -341,12 +344,25 @@ def closing_local(backend: Backend) -> Iterator[None]:
 
 
 @contextmanager
-def lent_oracle(plan: RunPlan, backend: Backend) -> Iterator[Oracle]:
+def lent_oracle(
+    plan: RunPlan, backend: Backend, started: tuple[OracleSpec, Oracle] | None = None
+) -> Iterator[Oracle]:
     """The policy's oracle for the pre-run check, lent to a :class:`LocalBackend` whose one
     in-process worker then runs the episodes with it (a policy worker is started once, not
     twice: about 0.15 s of a cheap run's fixed cost); closed when the run ends — enter it before
-    :func:`closing_local`, so that the backend is closed first."""
-    oracle = make_oracle(plan.oracle)
+    :func:`closing_local`, so that the backend is closed first.
+
+    ``started``: ``(spec, oracle)`` started by the caller before the plan existed (the CLI starts
+    the policy worker before importing the engine, so that its start-up overlaps the judge's);
+    it is the run's oracle when ``spec`` is the plan's, and is closed otherwise. Either way the
+    worker loads the policy's code only on its first request, after :func:`plan_run` has hashed
+    it (:mod:`safecert.blackbox.oracles.worker`)."""
+    if started is not None and started[0] == plan.oracle:
+        oracle = started[1]
+    else:
+        if started is not None:
+            started[1].close()
+        oracle = make_oracle(plan.oracle)
     start = getattr(oracle, "start", None)  # a process: its start-up overlaps the check's env
     if start is not None:
         start()

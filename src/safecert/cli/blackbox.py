@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,10 +21,11 @@ from safecert.cli.output import (
     table,
     write_junit_for,
 )
-from safecert.errors import ConfigError
+from safecert.errors import ConfigError, SafecertError
 
 if TYPE_CHECKING:
     from safecert.blackbox.backends import Backend
+    from safecert.blackbox.oracles import Oracle, OracleSpec
     from safecert.certificate import Certificate
     from safecert.events import Events
 
@@ -191,15 +194,15 @@ def certify(
     if replay is not None:
         _replay(config, out, *_parse_replay(replay), json_out)
         return
-    from safecert.blackbox.progress import ProgressBar
+    with procs.reaping(), _policy_started_early(config, sequential) as started:
+        from safecert.blackbox.progress import ProgressBar
 
-    runner = _backend(backend, address, workers)
-    with (
-        command_events(events, ProgressBar, quiet=json_out) as progress,
-        procs.reaping(),
-        as_flags("out", "resume", "address"),
-    ):
-        cert = _run(config, out, runner, sequential, resume, progress, sign_key)
+        runner = _backend(backend, address, workers)
+        with (
+            command_events(events, ProgressBar, quiet=json_out) as progress,
+            as_flags("out", "resume", "address"),
+        ):
+            cert = _run(config, out, runner, sequential, resume, progress, sign_key, started)
     write_junit_for(junit, f"safecert certify {config}", cert, "certify")
     if json_out:
         emit_json(cert.model_dump(mode="json"))
@@ -218,8 +221,10 @@ def _run(
     resume: bool,
     progress: Events,
     sign_key: Path | None,
+    started: tuple[OracleSpec, Oracle] | None = None,
 ) -> Certificate:
-    """One certification; vendors it starts are reaped by the caller's :func:`procs.reaping`."""
+    """One certification; vendors it starts are reaped by the caller's :func:`procs.reaping`.
+    ``started``: :func:`_policy_started_early` (a fixed-N run takes it over)."""
     if sequential or _config_wants_sequential(config):
         try:
             from safecert.blackbox.sequential import certify_sequential
@@ -236,12 +241,71 @@ def _run(
         from safecert.blackbox.certify import certify as run_certify
 
         cert = run_certify(
-            config, out, backend=runner, resume=resume, progress=progress, sign_key=sign_key
+            config,
+            out,
+            backend=runner,
+            resume=resume,
+            progress=progress,
+            sign_key=sign_key,
+            started=started,
         )
     from safecert.report import write_run_report
 
     write_run_report(out / "certificate.json")
     return cert
+
+
+@contextmanager
+def _policy_started_early(
+    config: Path, sequential: bool
+) -> Iterator[tuple[OracleSpec, Oracle] | None]:
+    """A fixed-N run's policy worker, started before the engine is imported, so that its
+    start-up (an interpreter, NumPy, safecert's worker: about 0.25 s of CPU) runs beside the
+    judge's own imports instead of before the first episode; closed when the block ends unless
+    the run took it over (:func:`safecert.blackbox.certify.lent_oracle`).
+
+    Only what the policy's oracle needs is read here, from the raw TOML (``policy``, ``trust``,
+    ``batched``, ``timeout_s``, ``retries``); the run compares this oracle's spec with the one of
+    its validated plan and starts its own when they differ. Anything unusual (a config that does
+    not parse, a sequential run, a policy that runs in process or does not exist) starts nothing:
+    the run reports it as it always has. The worker loads the policy's code on its first request,
+    which comes after the plan has hashed that code (:mod:`safecert.blackbox.oracles.worker`)."""
+    started = None if sequential else _start_policy_worker(config)
+    try:
+        yield started
+    finally:
+        if started is not None:
+            started[1].close()
+
+
+def _start_policy_worker(config: Path) -> tuple[OracleSpec, Oracle] | None:
+    from safecert.blackbox.oracles import make_oracle, parse_oracle_spec
+    from safecert.config import read_toml
+
+    try:
+        data = read_toml(config)
+    except SafecertError:
+        return None
+    policy = data.get("policy")
+    options = {k: data[k] for k in ("timeout_s", "retries", "batched", "trust") if k in data}
+    numbers = [options.get("timeout_s", 1.0), options.get("retries", 1)]
+    if (
+        "sequential" in data
+        or not isinstance(policy, str)
+        or options.get("trust", "isolated") != "isolated"
+        or not isinstance(options.get("batched", True), bool)
+        or not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers)
+    ):
+        return None
+    try:
+        spec = parse_oracle_spec(policy, base_dir=Path(config).resolve().parent, **options)
+    except SafecertError:
+        return None
+    if not spec.in_worker:
+        return None
+    oracle = make_oracle(spec)
+    oracle.start()  # type: ignore[attr-defined]
+    return spec, oracle
 
 
 def _config_wants_sequential(config: Path) -> bool:

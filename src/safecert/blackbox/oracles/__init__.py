@@ -224,6 +224,7 @@ def _with_worker(spec: OracleSpec) -> OracleSpec:
         spec.target,
         spec.base_dir,
         "1" if spec.batched else "0",
+        "gated",  # the policy loads on the first request: after the run has hashed it
     )
     return replace(spec, argv=argv)
 

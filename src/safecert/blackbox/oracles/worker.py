@@ -3,11 +3,16 @@
 Started by :func:`safecert.blackbox.oracles.make_oracle` (through
 :class:`safecert.blackbox.oracles.exec_oracle.ExecOracle`, under the vendor supervisor) as
 
-    python -I -B -m safecert.blackbox.oracles.worker KIND TARGET BASE_DIR BATCHED
+    python -I -B -m safecert.blackbox.oracles.worker KIND TARGET BASE_DIR BATCHED [gated]
 
 it loads the policy once (importing the module with ``BASE_DIR`` first on ``sys.path``, unpickling
 the SB3 zip, loading the TorchScript module) and then speaks the ``exec:`` protocol on
-stdin/stdout, after one ``{"ready":true}`` line once loaded: one ``{"observations": [[...]]}`` line in, one ``{"actions": [[...]]}`` or
+stdin/stdout, after one ``{"ready":true}`` line once loaded. ``gated``: the policy is loaded when
+the first request arrives, not at start-up, so a worker started ahead of a run (while safecert
+imports and hashes the run's inputs) runs none of the policy's code before it has been hashed; the
+ready line then comes before the first reply (what :class:`safecert.isolation.Channel` reads).
+Without it (the command of older safecert versions, whose channel waits for the ready line before
+its first request) the policy loads at start-up. The protocol: one ``{"observations": [[...]]}`` line in, one ``{"actions": [[...]]}`` or
 ``{"error": "why"}`` line out; a request with ``"calls": [n1, n2, ...]`` is one policy call per
 consecutive group of n1, n2, … rows, answered ``{"calls": [reply1, reply2, ...]}``
 (:meth:`safecert.blackbox.oracles.exec_oracle.ExecOracle.act_calls`); with ``"timeout_s": t``
@@ -23,6 +28,7 @@ safecert, read or write files, fork — happens in this process, which only ever
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -60,6 +66,7 @@ def _oracle(kind: str, target: str, base_dir: str, batched: bool):  # type: igno
 
 def main(argv: list[str]) -> int:
     kind, target, base_dir, batched = argv[1], argv[2], argv[3], argv[4] == "1"
+    gated = argv[5:] == ["gated"]
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # the policy's prints go to stderr; stdout is the protocol's
     sys.stdout = sys.stderr
@@ -68,6 +75,9 @@ def main(argv: list[str]) -> int:
 
     load_error: str | None = None
     oracle = _oracle(kind, target, base_dir, batched)
+    first = sys.stdin.buffer.readline() if gated else b""  # gated: load on the first request
+    if gated and not first:  # end of input before any request: nothing to load
+        return 0
     try:
         oracle.probe()
     except SafecertError as exc:
@@ -86,7 +96,7 @@ def main(argv: list[str]) -> int:
             return {"error": exc.reason}
         return {"actions": np.ascontiguousarray(actions)}
 
-    for line in sys.stdin.buffer:
+    for line in itertools.chain((first,) if first else (), sys.stdin.buffer):
         try:
             request = orjson.loads(line)
             obs = np.asarray(request["observations"], dtype=np.float64)

@@ -1,0 +1,96 @@
+"""``safecert certify`` starts the policy worker before it imports the engine (issue 28.3): the
+worker takes no policy code before its first request, and the run takes that worker over."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import traceback
+
+import pytest
+
+from safecert import procs
+from safecert.blackbox.oracles import parse_oracle_spec
+from tests.blackbox import pipeline_helpers
+
+cli_here = pipeline_helpers.cli_here  # the in-process CLI fixture
+
+POLICY = """
+import pathlib
+pathlib.Path(__file__).with_name("imported.txt").write_text("policy code ran")
+import numpy as np
+
+def act(obs):
+    obs = np.asarray(obs)
+    if obs.ndim == 1:  # batched = false: one observation
+        return int(obs[2] > 0)
+    return (obs[:, 2] > 0).astype(np.int64)
+"""
+
+CONFIG = """
+policy = "python:pol:act"
+env = "CartPole-v1"
+episodes = 2
+max_steps = 20
+{options}
+[spec]
+budget = 100.0
+goal = "no_termination"
+cost = 'info.get("cost", 0)'
+"""
+
+
+def test_the_gated_worker_runs_no_policy_code_before_its_first_request(tmp_path):
+    (tmp_path / "pol.py").write_text(POLICY)
+    marker = tmp_path / "imported.txt"
+    argv = parse_oracle_spec("python:pol:act", base_dir=tmp_path).argv
+    assert argv[-1] == "gated"
+
+    done = subprocess.run(argv, cwd=tmp_path, input=b"", capture_output=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == b"", done.stderr
+    assert not marker.exists()  # end of input before a request: the policy was never loaded
+
+    done = subprocess.run(argv[:-1], cwd=tmp_path, input=b"", capture_output=True, timeout=120)
+    assert done.stdout == b'{"ready":true}\n', done.stderr  # older callers: loaded at start-up
+    assert marker.exists()
+    marker.unlink()
+
+    request = b'{"observations": [[0.0, 0.0, 0.1, 0.0]]}\n'
+    done = subprocess.run(argv, cwd=tmp_path, input=request, capture_output=True, timeout=120)
+    assert done.stdout.splitlines() == [b'{"ready":true}', b'{"actions":[1]}'], done.stderr
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "options", ["", 'trust = "isolated"\ntimeout_s = 5\nretries = 1\nbatched = false']
+)
+def test_certify_takes_over_the_policy_worker_it_started_early(
+    cli_here, tmp_path, monkeypatch, options
+):
+    (tmp_path / "pol.py").write_text(POLICY)
+    config = tmp_path / "run.toml"
+    config.write_text(textwrap.dedent(CONFIG.format(options=options)))
+    started: list[tuple[tuple[str, ...], bool]] = []  # (argv, started before the plan?)
+    real = procs.VendorProcess
+
+    def recorded(argv, **kwargs):
+        callers = {frame.name for frame in traceback.extract_stack()}
+        started.append((tuple(argv), "plan_run" not in callers and "lent_oracle" not in callers))
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(procs, "VendorProcess", recorded)
+    res = cli_here("certify", config, "--out", tmp_path / "out", "--workers", "1")
+    assert res.code in (0, 1), res.stderr
+    workers = [early for a, early in started if "safecert.blackbox.oracles.worker" in a]
+    assert workers == [True], started  # the one started early ran the check and the episodes
+    assert (tmp_path / "out" / "certificate.json").is_file()
+    assert cli_here("verify", tmp_path / "out" / "certificate.json").code == 0
+
+
+def test_a_policy_module_that_does_not_exist_is_one_line_naming_policy(cli_here, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(textwrap.dedent(CONFIG.format(options="")))
+    res = cli_here("certify", config, "--out", tmp_path / "out")
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1 and "policy" in lines[0], res.stderr
+    assert "pol" in lines[0] and "Traceback" not in res.stderr

@@ -1,6 +1,11 @@
 """Experiment (helper A, issue 28.2): the isolated rollout loop with a step's calls posted while
-the other half of the copies is stepped, against the one-round-trip-a-step loop and the hand
-loop, in one process; where the policy worker runs (same CPU, the other CPU, unpinned)."""
+the other half of the copies is stepped (``post:K``: the policy worker on a CPU of its own, as a
+lone run gets it), against the one-round-trip-a-step loop on one CPU (``calls:K``) and the hand
+loop, in one process. Prints, per variant, [wall ratio, rollout CPU ratio, policy worker CPU
+ratio] against the hand loop (best of the repeats).
+
+    .venv/bin/python benchmarks/_experiments/A_pipeline.py EPISODES REPEAT calls:16,post:16,post:32
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from safecert.blackbox.config import RunConfig  # noqa: E402
 from safecert.blackbox.jobs import EpisodeJob, episode_seed  # noqa: E402
 from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec  # noqa: E402
 from safecert.blackbox.rollout import make_base_env, run_lockstep  # noqa: E402
-from safecert.isolation import colocated  # noqa: E402
+from safecert.isolation import colocated, has_own_cpu  # noqa: E402
 
 
 def worker_cpu(pid: int) -> float:
@@ -36,16 +41,12 @@ def loop(episodes: int, k: int, mode: str) -> tuple[float, float, float]:
     jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
     try:
         oracle.probe()
-        with colocated():
-            pid = oracle.channel.pid
-            here = os.sched_getaffinity(0)
-            if mode.endswith("other"):
-                other = set(range(os.cpu_count() or 1)) - here
-                os.sched_setaffinity(pid, other)
-            elif mode.endswith("free"):
-                os.sched_setaffinity(pid, set(range(os.cpu_count() or 1)))
-                os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-            post = oracle.post_calls if mode.startswith("post") else None
+        apart = oracle.channel if mode == "post" else None  # type: ignore[attr-defined]
+        with colocated(apart):
+            pid = oracle.channel.pid  # type: ignore[attr-defined]
+            post = oracle.post_calls if apart is not None and has_own_cpu(apart) else None  # type: ignore[attr-defined]
+            if mode == "post" and post is None:
+                raise SystemExit("no CPU free for the policy worker")
             w0 = worker_cpu(pid)
             start, cpu = time.perf_counter(), time.process_time()
             records = run_lockstep(
@@ -61,7 +62,7 @@ def loop(episodes: int, k: int, mode: str) -> tuple[float, float, float]:
 
 def main() -> None:
     episodes, repeat = int(sys.argv[1]), int(sys.argv[2])
-    variants = sys.argv[3].split(",")  # e.g. calls:16,post-same:16,post-other:32
+    variants = sys.argv[3].split(",")  # e.g. calls:16,post:16,post:32
     act = ro.hand_policy("cartpole")
     hand, hand_cpu, mine = [], [], {v: [] for v in variants}
     load = os.getloadavg()[0]

@@ -456,6 +456,30 @@ def colocated(apart: Channel | None = None) -> Iterator[None]:
             held.close()
 
 
+def rejoin(channel: Channel) -> None:
+    """Bring ``channel``'s worker back from its own CPU to the caller's (a no-op when it has
+    none) and free that CPU: for a worker whose CPU turned out busy with other work."""
+    if _COLOCATION.apart is not channel or _COLOCATION.cpu is None:
+        return
+    held = _COLOCATION.apart_lock
+    _COLOCATION.apart, _COLOCATION.apart_cpu, _COLOCATION.apart_lock = None, None, None
+    if channel.pid is not None:
+        _pin(channel.pid, {_COLOCATION.cpu})
+    if held is not None:
+        held.close()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used, from ``/proc`` (Linux; None
+    elsewhere or when it has gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def has_own_cpu(channel: Channel) -> bool:
     """Whether ``channel``'s worker runs on a CPU of its own now (:func:`colocated`'s
     ``apart``): then posting its requests ahead of their replies lets it work while the caller

@@ -255,3 +255,60 @@ def test_a_posted_run_stopped_early_leaves_the_worker_in_step(tmp_path):
         ]
     finally:
         oracle.close()
+
+
+SLEEPY_RUN = """
+policy = "python:sleepy:act"
+env = "CartPole-v1"
+episodes = 6
+seed = 2
+max_steps = 12
+[spec]
+budget = 0.0
+p_star = 0.5
+cost = "0"
+goal = "steps >= 1"
+"""
+
+
+def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_path, monkeypatch):
+    """A policy worker on its own CPU that keeps the rollout waiting longer than it computes
+    (here: it sleeps) is brought back to the rollout's CPU after the run's chunk, and the next
+    chunks wait for each step's calls; the records are the same either way."""
+    import os
+    import tempfile
+
+    from safecert.blackbox import rollout
+    from safecert.blackbox.backends import LocalBackend, RunContext
+    from safecert.blackbox.plan import plan_run
+    from safecert.isolation import has_own_cpu
+    from tests.blackbox.pipeline_helpers import write_run
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no CPU of its own for the policy worker")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
+    (tmp_path / "sleepy.py").write_text(
+        "import time\nimport numpy as np\n\ndef act(obs):\n    time.sleep(0.002)\n"
+        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
+    )
+    plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
+    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+    posting: list[bool] = []  # per chunk: were its calls posted ahead?
+    real = rollout.run_lockstep
+
+    def counted(*args, **kwargs):
+        posting.append(kwargs.get("post") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rollout, "run_lockstep", counted)
+    runs = []
+    with LocalBackend(1) as backend:
+        for _ in range(2):
+            runs.append(sorted(backend.run(plan.all_jobs(), ctx), key=lambda r: r.index))
+            worker = backend._worker
+            assert worker is not None and worker.apart is not None
+            if not posting[0]:
+                pytest.skip("another run holds the other CPU")
+            assert worker.post is None and not has_own_cpu(worker.apart)
+    assert posting == [True, False]  # the second run waited for each step's calls
+    assert runs[0] == runs[1] and all(r.steps == 12 for r in runs[0])

@@ -18,9 +18,10 @@ import multiprocessing as mp
 import multiprocessing.util as mp_util
 import os
 import signal
+import time
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -32,7 +33,7 @@ from safecert import procs
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import Oracle, OracleSpec, lockstep_calls, make_oracle
-from safecert.blackbox.oracles.base import PostCalls
+from safecert.blackbox.oracles.base import CallResult, PostCalls, Reply
 from safecert.envs import in_worker as env_in_worker
 
 if TYPE_CHECKING:
@@ -182,11 +183,10 @@ class Worker:
         environment workers, when it has any, on this thread's CPU
         (:func:`safecert.isolation.colocated`)."""
         from safecert.blackbox.rollout import run_lockstep
-        from safecert.isolation import colocated, has_own_cpu
+        from safecert.isolation import colocated
 
         out: list[EpisodeRecord] = []
-        with colocated(self.apart) if self.colocate else nullcontext():
-            post = self.post if self.apart is not None and has_own_cpu(self.apart) else None
+        with colocated(self.apart) if self.colocate else nullcontext(), self._posting() as post:
             for cell, group in groupby(jobs, key=lambda j: j.cell):
                 cell_jobs = list(group)
                 out.extend(
@@ -200,6 +200,50 @@ class Worker:
                     )
                 )
         return out
+
+    @contextmanager
+    def _posting(self) -> Iterator[PostCalls | None]:
+        """How this :meth:`run` posts a step's calls ahead (None: it waits for each step's),
+        and afterwards, whether it keeps doing so.
+
+        Posting ahead pays only while the policy worker's own CPU is free: the run's time is
+        then the rollout's plus the time it waited for replies, against the rollout's plus the
+        worker's (and two context switches a step) when they take turns on one CPU. A run that
+        waited longer for replies than the worker spent answering them (its CPU is busy with
+        other work) brings the worker back to the rollout's CPU for the rest of the run
+        (:func:`safecert.isolation.rejoin`). Execution only: the records are the same."""
+        from safecert.isolation import ChannelFailure, cpu_seconds, has_own_cpu, rejoin
+
+        apart = self.apart
+        if self.post is None or apart is None or not has_own_cpu(apart):
+            yield None
+            return
+        if apart.pid is None:  # not started yet (its first call starts it, or says why not)
+            with suppress(ChannelFailure):
+                apart.start()
+        if apart.pid is None:
+            yield None
+            return
+        post, pid, waited = self.post, apart.pid, [0.0]
+
+        def timed(observations: np.ndarray, size: int) -> Reply:
+            reply = post(observations, size)
+
+            def wait() -> np.ndarray | list[CallResult]:
+                began = time.perf_counter()
+                try:
+                    return reply()
+                finally:
+                    waited[0] += time.perf_counter() - began
+
+            return wait
+
+        before = cpu_seconds(pid)
+        yield timed
+        after = cpu_seconds(pid) if apart.pid == pid else None
+        if before is None or after is None or waited[0] > after - before:
+            rejoin(apart)
+            self.post = None
 
     def stay_colocated(self) -> None:
         """Keep this thread and its workers on one CPU until :meth:`close` instead of claiming

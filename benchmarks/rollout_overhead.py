@@ -3,10 +3,13 @@ action-space check, spec cost) beside a hand-written Gymnasium loop on the same 
 seeds, in this one process — no start-up, no store, no report. Best (minimum) of ``--repeat``
 interleaved runs, so load changes hit both sides. ``--trust`` sets how a ``python:`` policy runs
 (``in-process``, or ``isolated``: in a policy worker process, one pipe round trip per step, with
-the rollout and the worker on one CPU as certify's own worker runs them). ``--lockstep`` K: the
+the rollout and the worker on one CPU as certify's pool workers run them; or ``lone``: isolated as
+the only worker of a run runs it, the policy worker on a CPU of its own when one is free,
+answering one half of the copies while the rollout steps the other half, K = 32; on one CPU,
+without a CPU free). ``--lockstep`` K: the
 rollout steps K × batch episodes together, one policy call per ``batch`` rows, a step's calls in
 one round trip to a policy worker (``lockstep`` of the run config; 0 = its default: 16 for a
-policy worker, 1 otherwise).
+policy worker, 32 for ``lone``, 1 otherwise).
 
     .venv/bin/python benchmarks/rollout_overhead.py --episodes 60 --repeat 7 --batch 1,8
     .venv/bin/python benchmarks/rollout_overhead.py --tasks cartpole --trust in-process,isolated
@@ -33,7 +36,7 @@ from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
 from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec
 from safecert.blackbox.rollout import make_base_env, run_lockstep
-from safecert.isolation import colocated
+from safecert.isolation import colocated, has_own_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "examples" / "vendors" / "cheetah_safe.onnx"
@@ -112,16 +115,25 @@ def certify_loop(
             "lockstep": k or None,
         }
     )
-    oracle_spec = parse_oracle_spec(config.policy, base_dir=REPO / "examples", trust=trust)
+    lone = trust == "lone"
+    oracle_spec = parse_oracle_spec(
+        config.policy, base_dir=REPO / "examples", trust="isolated" if lone else trust
+    )
     oracle = make_oracle(oracle_spec)
-    copies = batch * lockstep(RunContext(config, str(REPO), ({},), None, oracle_spec))
+    ctx = RunContext(config, str(REPO), ({},), None, oracle_spec)
+    copies = batch * lockstep(ctx, alone=lone)
     envs = [make_base_env(config, REPO) for _ in range(min(copies, episodes))]
     jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
+    apart = getattr(oracle, "channel", None) if lone else None
     try:
         oracle.probe()  # a worker's start-up is not per-step work
-        with colocated():
+        with colocated(apart):
+            own = apart is not None and has_own_cpu(apart) and copies >= 2
+            post = getattr(oracle, "post_calls", None) if own else None
             start, cpu = time.perf_counter(), time.process_time()
-            records = run_lockstep(envs, jobs, oracle.act, config, calls=lockstep_calls(oracle))
+            records = run_lockstep(
+                envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
+            )
             steps = sum(r.steps for r in records)
             return steps, time.perf_counter() - start, time.process_time() - cpu
     finally:

@@ -2,12 +2,13 @@
 
     valgrind --tool=callgrind --callgrind-out-file=OUT python A_steps.py TASK EPISODES MODE
 MODE: hand | in-process | isolated | isolated-post (the rollout loop of rollout_overhead.py;
-isolated-post: a step's calls posted per half of the copies, as a lone run whose policy worker
-has a CPU of its own does). Per step: (Ir(2E) - Ir(E)) / extra steps."""
+isolated-post: a step's calls posted per half of the copies, the policy worker on a CPU of its
+own, as a lone run has it; isolated runs colocated). Per step: (Ir(2E) - Ir(E)) / extra steps."""
 
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -18,6 +19,7 @@ from safecert.blackbox.config import RunConfig  # noqa: E402
 from safecert.blackbox.jobs import EpisodeJob, episode_seed  # noqa: E402
 from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec  # noqa: E402
 from safecert.blackbox.rollout import make_base_env, run_lockstep  # noqa: E402
+from safecert.isolation import colocated, has_own_cpu  # noqa: E402
 
 
 def main() -> None:
@@ -38,10 +40,14 @@ def main() -> None:
     post = oracle.post_calls if mode == "isolated-post" else None  # type: ignore[attr-defined]
     try:
         oracle.probe()
-        records = run_lockstep(
-            envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
-        )
-        print(sum(r.steps for r in records))
+        apart = oracle.channel if post is not None else None  # type: ignore[attr-defined]
+        with colocated(apart) if trust == "isolated" else nullcontext():
+            if apart is not None and not has_own_cpu(apart):
+                raise SystemExit("no CPU free for the policy worker")
+            records = run_lockstep(
+                envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
+            )
+            print(sum(r.steps for r in records))
     finally:
         oracle.close()
 

@@ -312,3 +312,29 @@ def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_pat
             assert worker.post is None and not has_own_cpu(worker.apart)
     assert posting == [True, False]  # the second run waited for each step's calls
     assert runs[0] == runs[1] and all(r.steps == 12 for r in runs[0])
+
+
+def test_a_lone_runs_policy_worker_steps_more_copies(tmp_path):
+    """K for the only worker of a run with a policy worker is LOCKSTEP_APART (its halves cover
+    the worker's wake-up on another CPU); in process, in a pool and sequential as before."""
+    from dataclasses import replace
+
+    from safecert.blackbox.backends import (
+        LOCKSTEP_APART,
+        LOCKSTEP_DEFAULT,
+        RunContext,
+        episodes_per_worker,
+        lockstep,
+    )
+    from safecert.blackbox.plan import plan_run
+    from tests.blackbox.pipeline_helpers import write_run
+
+    (tmp_path / "sleepy.py").write_text("def act(obs):\n    return obs[:, 0] > 0\n")
+    plan = plan_run(write_run(tmp_path, SLEEPY_RUN.replace("[spec]", "batch_size = 2\n[spec]")))
+    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+    assert LOCKSTEP_APART == 32 and LOCKSTEP_DEFAULT == 16
+    assert lockstep(ctx, alone=True) == 32 and episodes_per_worker(ctx, alone=True) == 64
+    assert lockstep(ctx) == 16
+    in_process = replace(ctx, oracle=replace(ctx.oracle, trust="in-process"))
+    assert lockstep(in_process, alone=True) == 16
+    assert lockstep(replace(ctx, sequential=True), alone=True) == 1

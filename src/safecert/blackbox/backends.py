@@ -60,26 +60,35 @@ class RunContext:
 #: instead of once per row: CartPole's loop 1.30–1.36× the hand loop's CPU instead of
 #: 1.38–1.64× at K = 1, same runs at load 7; benchmarks/RESULTS_speed.md, round 4)
 LOCKSTEP_DEFAULT = 16
+#: K for a lone run's policy worker (``workers = 1``), which may answer one half of the copies on
+#: a CPU of its own while the rollout steps the other half: a half of 16 rows (≈ 250 µs of
+#: CartPole steps) covers the worker's wake-up on another CPU (75–80 µs a round trip on a 2-vCPU
+#: virtual machine) and its 16 calls, where a half of 8 barely does
+LOCKSTEP_APART = 32
 
 
-def lockstep(ctx: RunContext) -> int:
+def lockstep(ctx: RunContext, *, alone: bool = False) -> int:
     """K, the episodes a worker steps together per ``batch_size`` rows: the config's
     ``lockstep``, else :data:`LOCKSTEP_DEFAULT` in a fixed-N run for a policy in a policy worker
     or a ``python:`` policy in process (every episode is run anyway), and 1 otherwise: an ONNX,
     SB3 or TorchScript model in process, ``exec:`` and HTTP policies spend their time in the
     call itself, so K copies of the environment would buy little, and a sequential run's
     episodes in flight are those it may run past a decision (none with one worker and
-    ``batch_size = 1``). Never changes an outcome: each row is its own oracle call either way."""
+    ``batch_size = 1``). ``alone``: the run's only worker, whose policy worker gets
+    :data:`LOCKSTEP_APART`. Never changes an outcome: each row is its own oracle call either
+    way."""
     if ctx.config.lockstep is not None:
         return ctx.config.lockstep
     cheap_steps = ctx.oracle.in_worker or ctx.oracle.kind == "python"
-    return LOCKSTEP_DEFAULT if cheap_steps and not ctx.sequential else 1
+    if not cheap_steps or ctx.sequential:
+        return 1
+    return LOCKSTEP_APART if alone and ctx.oracle.in_worker else LOCKSTEP_DEFAULT
 
 
-def episodes_per_worker(ctx: RunContext) -> int:
+def episodes_per_worker(ctx: RunContext, *, alone: bool = False) -> int:
     """The episodes one worker runs at once: ``lockstep`` × ``batch_size`` (its env copies per
     cell; in flight per worker in a sequential run)."""
-    return lockstep(ctx) * ctx.config.batch_size
+    return lockstep(ctx, alone=alone) * ctx.config.batch_size
 
 
 class JobSource(Protocol):
@@ -140,13 +149,13 @@ class Worker:
         self._owns_oracle = oracle is None
         self.oracle = make_oracle(ctx.oracle) if oracle is None else oracle
         self.calls = lockstep_calls(self.oracle)
-        self.copies = episodes_per_worker(ctx)
+        self.copies = episodes_per_worker(ctx, alone=alone)
         post = getattr(self.oracle, "post_calls", None)
         #: the policy worker's channel, and how a step's calls are posted ahead to it, when it
         #: may run on a CPU of its own (a policy worker of a lone rollout with several copies)
         self.post: PostCalls | None = None
         self.apart: Channel | None = None
-        if alone and post is not None and ctx.oracle.in_worker and lockstep(ctx) >= 2:
+        if alone and post is not None and ctx.oracle.in_worker and lockstep(ctx, alone=True) >= 2:
             self.post, self.apart = post, getattr(self.oracle, "channel", None)
         self.envs: dict[int, list] = {}
         self._colocation = ExitStack()
@@ -372,7 +381,8 @@ class LocalBackend:
         return self.requested or ctx.config.workers or os.cpu_count() or 1
 
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
-        size = self.chunk_episodes or max(8, 4 * episodes_per_worker(ctx))
+        alone = self.worker_count(ctx) == 1
+        size = self.chunk_episodes or max(8, 4 * episodes_per_worker(ctx, alone=alone))
         return self.stream(ListSource(jobs, size), ctx)
 
     def stream(self, source: JobSource, ctx: RunContext) -> Generator[EpisodeRecord]:

@@ -34,7 +34,8 @@ def main() -> None:
     trust = "in-process" if mode == "in-process" else "isolated"
     oracle_spec = parse_oracle_spec(config.policy, base_dir=ro.REPO / "examples", trust=trust)
     oracle = make_oracle(oracle_spec)
-    k = lockstep(RunContext(config, str(ro.REPO), ({},), None, oracle_spec))
+    ctx = RunContext(config, str(ro.REPO), ({},), None, oracle_spec)
+    k = lockstep(ctx, alone=mode == "isolated-post")
     envs = [make_base_env(config, ro.REPO) for _ in range(min(k, episodes))]
     jobs = [EpisodeJob(0, i, episode_seed(0, 0, i)) for i in range(episodes)]
     post = oracle.post_calls if mode == "isolated-post" else None  # type: ignore[attr-defined]

@@ -8,10 +8,10 @@ under :mod:`safecert.supervisor` (its whole subtree is reaped, ``kill -9`` of sa
 the two sides exchange newline-delimited JSON only: the parent never unpickles or imports anything
 a child produced.
 
-* :class:`Channel` — one long-lived child and one request/reply round trip at a time, with a
-  *deadline* per call (not a per-read timeout), a start-up grace for the first call, a cap on the
-  reply's size; a child that dies, hangs or floods is killed with its subtree and restarted on the
-  next call.
+* :class:`Channel` — one long-lived child answering request lines in order (a round trip, or
+  requests posted ahead and their replies collected later), with a *deadline* per call (not a
+  per-read timeout), a start-up grace for the first call, a cap on the reply's size; a child that
+  dies, hangs or floods is killed with its subtree and restarted on the next call.
 * :func:`worker_command` — the command line of safecert's own workers (``python -I -B -m ...``):
   isolated mode (no ``PYTHON*`` variables, no user site, no current folder on ``sys.path``) and no
   bytecode written, so a run adds no file to the folder whose code it hashed.
@@ -92,6 +92,7 @@ class Channel:
     the child left behind. With ``handshake`` (safecert's own workers) the child writes one ready
     line once it has loaded what it runs; the start-up grace ends there, so the first call gets
     ``timeout_s`` like every other. ``what`` names the child in messages (``vendor``, ``policy worker``).
+    :meth:`post` and :meth:`collect` split a round trip, so that several requests are in flight.
     """
 
     def __init__(

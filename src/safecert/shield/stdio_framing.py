@@ -195,7 +195,7 @@ class Wire:
         it). Callable from a data callback. A peer that stopped reading ends the connection (as
         for the SDK's writes)."""
         try:
-            self._writer.write(orjson.dumps(message) + b"\n")
+            self._writer.write(orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE))
         except (OSError, RuntimeError):
             self._closed.set()
 

@@ -4,6 +4,7 @@ worker takes no policy code before its first request, and the run takes that wor
 from __future__ import annotations
 
 import subprocess
+import sys
 import textwrap
 import traceback
 
@@ -94,3 +95,25 @@ def test_a_policy_module_that_does_not_exist_is_one_line_naming_policy(cli_here,
     lines = res.stderr.strip().splitlines()
     assert res.code == 2 and len(lines) == 1 and "policy" in lines[0], res.stderr
     assert "pol" in lines[0] and "Traceback" not in res.stderr
+
+
+def test_a_fixed_n_run_builds_no_sequential_model(tmp_path):
+    """The sequential result and certificate models are built on first use (defer_build)."""
+    (tmp_path / "pol.py").write_text(POLICY)
+    config = tmp_path / "run.toml"
+    config.write_text(textwrap.dedent(CONFIG.format(options='trust = "in-process"')))
+    script = f"""
+import sys
+from safecert.cli.main import main
+code = main(["certify", {str(config)!r}, "--out", {str(tmp_path / "out")!r}])
+from safecert.blackbox import result
+from safecert.certificate import blackbox
+built = [m.__name__ for m in (result.SequentialCell, result.SequentialDecision,
+    result.SequentialBlock, result.SequentialResult, blackbox.SequentialCertificate)
+    if m.__pydantic_complete__]
+print(code, built, blackbox.BlackboxCertificate.__pydantic_complete__)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout.splitlines()[-1] in ("0 [] True", "1 [] True"), done.stderr[-2000:]

@@ -4,11 +4,16 @@ Every field is required (no defaults): a certificate missing one is malformed, n
 a guess. Everything here is recomputed by :mod:`safecert.blackbox.check` from ``parameters``, the
 environment and the stored episodes — except estimated ``obs_ranges`` (from a reference policy's
 rollouts, kept in the episode store, whose rows digest covers them).
+
+The sequential models are built on their first use (``defer_build``): a fixed-N run never
+builds them (issue 28.3: a few milliseconds of every run's start-up).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
+
+from pydantic import ConfigDict
 
 from safecert.document import StrictModel
 
@@ -134,6 +139,8 @@ class SequentialCell(_CellCounts):
     """A cell judged by an anytime-valid rule on its first ``episodes_used`` episodes (all it
     stores: ``episodes`` is the same number); Hoeffding bounds over them are descriptive."""
 
+    model_config = ConfigDict(defer_build=True)
+
     decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
     lower_bound: float
     upper_bound: float
@@ -148,6 +155,8 @@ class SequentialStage1(SequentialCell):
 class SequentialDecision(StrictModel):
     """A cell's decision: the rule applied to its outcomes in episode-index order; it stopped at
     ``episodes_used`` (the decision point), which is also how many episodes the store holds."""
+
+    model_config = ConfigDict(defer_build=True)
 
     cell: int
     decision: Literal["PASS", "FAIL", "INCONCLUSIVE", "UNDECIDED"]
@@ -164,6 +173,8 @@ class SequentialBlock(StrictModel):
     point) depends on worker timing, is not evidence, and is not here: the episode store's
     ``sequential_overshoot`` meta holds it."""
 
+    model_config = ConfigDict(defer_build=True)
+
     method: str
     options: dict[str, Any]
     rule: dict[str, Any]
@@ -178,6 +189,8 @@ class SequentialBlock(StrictModel):
 
 class SequentialResult(_Common):
     """Sequential certification (``kind = "sequential"``)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     stage1: SequentialStage1
     cells: list[SequentialCell]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import ConfigDict
+
 from safecert.blackbox.result import BlackboxResult, SequentialResult
 from safecert.certificate import Envelope
 
@@ -15,6 +17,8 @@ class BlackboxCertificate(Envelope):
 
 
 class SequentialCertificate(Envelope):
+    model_config = ConfigDict(defer_build=True)
+
     kind: Literal["sequential"]
     verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"]
     result: SequentialResult

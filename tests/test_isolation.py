@@ -183,33 +183,34 @@ def test_posted_requests_are_answered_in_order_each_within_its_own_deadline(tmp_
         channel.close()
 
 
-def test_a_failure_fails_every_request_in_flight_and_the_next_post_restarts(tmp_path):
+def test_a_failure_fails_its_request_and_a_fresh_child_answers_those_behind_it(tmp_path):
+    """A request that kills the child fails alone: the ones posted behind it, which that child
+    never answered, go to a fresh child, as they would have had the caller waited."""
     channel = _echo(tmp_path, 0.0, 5.0, extra="if line.startswith('die'): raise SystemExit(4)")
     try:
         first = channel.post(b"fine")
         dying = channel.post(b"die")
-        after = channel.post(b"never read")
+        behind = [channel.post(b"after"), channel.post(b"die again"), channel.post(b"last")]
+        assert channel.collect(behind[0]) == b"after"  # read past the failure
+        with pytest.raises(ChannelFailure, match=r"exited \(exit code 4\)"):
+            channel.collect(dying)
         assert channel.collect(first) == b"fine"
-        failures = []
-        for ticket in (after, dying):
-            with pytest.raises(ChannelFailure) as caught:
-                channel.collect(ticket)
-            failures.append(caught.value.reason)
-        assert failures[0] == failures[1] and "exited (exit code 4)" in failures[0]
-        assert channel.round_trip(b"again") == b"again" and channel.restarts == 1
+        assert channel.collect(behind[2]) == b"last"  # behind the second death: a third child
+        with pytest.raises(ChannelFailure, match=r"exited \(exit code 4\)"):
+            channel.collect(behind[1])
+        assert channel.round_trip(b"again") == b"again" and channel.restarts == 2
     finally:
         channel.close()
 
 
-def test_a_hung_child_fails_its_requests_at_the_deadline(tmp_path):
+def test_a_hung_child_fails_its_request_at_the_deadline(tmp_path):
     channel = _echo(tmp_path, 0.0, 0.5, extra="if line.startswith('hang'): time.sleep(30)")
     try:
         assert channel.round_trip(b"started") == b"started"  # past the start-up grace
-        tickets = [channel.post(b"hang"), channel.post(b"b")]
-        for ticket in tickets:
-            with pytest.raises(ChannelFailure, match=r"no complete reply within 0.5s"):
-                channel.collect(ticket)
-        assert channel.pid is None  # killed
+        hung, behind = channel.post(b"hang"), channel.post(b"b")
+        with pytest.raises(ChannelFailure, match=r"no complete reply within 0.5s"):
+            channel.collect(hung)
+        assert channel.collect(behind) == b"b" and channel.restarts == 1
     finally:
         channel.close()
 

@@ -28,6 +28,7 @@ import ctypes
 import fcntl
 import hashlib
 import importlib.machinery
+import itertools
 import os
 import re
 import select
@@ -116,8 +117,9 @@ class Channel:
         self._started = 0
         self._awaiting_ready = False  # started by :meth:`start`, its ready line not yet read
         self._grace = 0.0  # the start-up grace of the next reply (a child without a ready line)
-        #: requests posted, not yet answered, oldest first: (ticket, posted at, deadline in s)
-        self._in_flight: collections.deque[tuple[int, float, float]] = collections.deque()
+        #: requests posted, not yet answered, oldest first: (ticket, posted at, deadline in s,
+        #: the request line)
+        self._in_flight: collections.deque[tuple[int, float, float, bytes]] = collections.deque()
         self._replies: dict[int, bytes | ChannelFailure] = {}  # read, not yet collected
         self._out = bytearray()  # request bytes the pipe has not taken yet
         self._next_ticket = 0
@@ -211,20 +213,29 @@ class Channel:
         channel's) runs from when the child can have started on it — the later of its posting
         and the reading of the reply before it — so a request queued behind another is not
         charged for the other's time. A failure (a crash, a timeout, a flood) kills the child
-        and fails every request in flight with the same reason; the next post starts a fresh
-        child."""
-        timeout = self.timeout_s if timeout_s is None else timeout_s
+        and fails that request; the requests behind it, which the child never answered, are
+        sent again to a fresh child, as if posted then — each request meets the child it would
+        have met had the caller waited for every reply before posting the next, so posting ahead
+        changes no reply."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._send(ticket, payload, self.timeout_s if timeout_s is None else timeout_s)
+        return ticket
+
+    def _send(self, ticket: int, payload: bytes, timeout: float) -> None:
         if not self._in_flight:
             proc = self._proc
             if proc is None or proc.poll() is not None:
                 # Never started, or exited after its last reply (nothing was lost): start afresh.
                 self._kill()
-                self._start()
+                try:
+                    self._start()
+                except ChannelFailure as exc:
+                    self._replies[ticket] = exc
+                    return
                 self._awaiting_ready = self.handshake
                 self._grace = STARTUP_GRACE_S
-        ticket = self._next_ticket
-        self._next_ticket += 1
-        self._in_flight.append((ticket, time.monotonic(), timeout))
+        self._in_flight.append((ticket, time.monotonic(), timeout, payload))
         self._out += payload + b"\n"
         proc = self._proc
         assert proc is not None
@@ -234,14 +245,13 @@ class Channel:
             pass
         except OSError:  # the child is gone: its replies before this are still read in turn
             pass
-        return ticket
 
     def collect(self, ticket: int) -> bytes:
         """The reply line of the request posted as ``ticket`` (each ticket once); replies to
         earlier tickets read on the way are kept for their own :meth:`collect`.
 
         Raises :class:`ChannelFailure` when that request failed (the child was killed and
-        reaped; it restarts on the next post)."""
+        reaped; a fresh one answers the requests behind it, or the next post)."""
         while ticket not in self._replies:
             if not self._in_flight:
                 raise ValueError(f"ticket {ticket} was never posted or was collected already")
@@ -252,9 +262,9 @@ class Channel:
         return reply
 
     def _read_next(self) -> None:
-        """Read the reply to the oldest request in flight into ``_replies``; on a failure, every
-        request in flight gets the failure and the child is killed."""
-        ticket, posted, timeout = self._in_flight[0]
+        """Read the reply to the oldest request in flight into ``_replies``; on a failure, that
+        request gets it, the child is killed and the requests behind it go to a fresh child."""
+        ticket, posted, timeout, _ = self._in_flight[0]
         proc = self._proc
         try:
             if proc is None:
@@ -267,15 +277,22 @@ class Channel:
             grace, self._grace = self._grace, 0.0
             line = self._read_line(proc, max(posted, self._answered), grace, timeout)
         except ChannelFailure as exc:
-            for lost, _, _ in self._in_flight:
-                self._replies[lost] = exc
+            self._replies[ticket] = exc
+            self._in_flight.popleft()
+            behind = list(self._in_flight)
             self._in_flight.clear()
             self._out.clear()
             self._kill()
+            for later, _, later_timeout, payload in behind:  # never answered: sent again
+                self._send(later, payload, later_timeout)
             return
         self._in_flight.popleft()
         self._replies[ticket] = line
         self._answered = time.monotonic()
+
+    def _behind_oldest(self) -> int:
+        """The bytes of the requests in flight behind the oldest one."""
+        return sum(len(line) + 1 for _, _, _, line in itertools.islice(self._in_flight, 1, None))
 
     def _read_line(
         self, proc: procs.VendorProcess, began: float, grace: float, timeout_s: float
@@ -303,7 +320,11 @@ class Channel:
                 except BlockingIOError:
                     pass
                 except (BrokenPipeError, OSError):
-                    raise self._crashed(proc, "closed its input") from None
+                    if len(self._out) > self._behind_oldest():
+                        raise self._crashed(proc, "closed its input") from None
+                    # only requests behind this one were unsent: they go to a fresh child if
+                    # this one fails; its reply (or end of output) decides, as had they waited
+                    self._out.clear()
             if proc.stderr in ready_r and not self._drain_stderr(proc):
                 readers.remove(proc.stderr)
             if proc.stdout in ready_r:

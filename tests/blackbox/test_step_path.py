@@ -200,6 +200,7 @@ class _AsksThePolicy(gym.Wrapper):
 @pytest.mark.parametrize(("copies", "batch"), [(6, 1), (7, 1), (6, 2), (5, 2)])
 @pytest.mark.parametrize("asks", [False, True])
 def test_posted_calls_give_the_records_of_waited_calls(tmp_path, copies, batch, asks):
+    """Whole steps, halves in turn, halves posted ahead: the same records."""
     (tmp_path / "mixed_pol.py").write_text(textwrap.dedent(MIXED))
     oracle = make_oracle(parse_oracle_spec("python:mixed_pol:mixed", base_dir=tmp_path))
     config = _config(50, 'info.get("cost", 0)', "steps >= 30").model_copy(
@@ -215,23 +216,71 @@ def test_posted_calls_give_the_records_of_waited_calls(tmp_path, copies, batch, 
             return reply
 
         runs, asked = [], []
-        for post in (None, post_calls):
+        for post, ahead in ((None, True), (post_calls, False), (post_calls, True)):
             envs = [gym.make("CartPole-v1", max_episode_steps=45) for _ in range(copies)]
             if asks:
                 envs = [_AsksThePolicy(env, oracle.act) for env in envs]
             records = run_lockstep(
-                envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
+                envs,
+                jobs,
+                oracle.act,
+                config,
+                calls=lockstep_calls(oracle),
+                post=post,
+                ahead=ahead,
             )
             runs.append(sorted(records, key=lambda r: r.index))
             asked.append(sorted(sum((env.asked for env in envs), [])) if asks else [])
-        waited, posted = runs
-        assert posted == waited and asked[0] == asked[1]
-        assert max(in_flight) == 2  # one half's calls were in flight while the other stepped
-        reasons = {r.failure_reason.split(":")[0] for r in waited if r.failure_reason}
+            if post is not None:
+                assert max(in_flight) == (2 if ahead else 1)
+                in_flight.clear()
+        assert runs[0] == runs[1] == runs[2] and asked[0] == asked[1] == asked[2]
+        reasons = {r.failure_reason.split(":")[0] for r in runs[0] if r.failure_reason}
         assert reasons == {"the policy failed the call", "action_out_of_space"}, reasons
-        assert any(r.goal for r in waited) and oracle.restarts == 0
+        assert any(r.goal for r in runs[0]) and oracle.restarts == 0
     finally:
         oracle.close()
+
+
+#: a policy whose worker dies on some rows
+DEADLY = """
+import os
+import numpy as np
+
+def act(obs):
+    obs = np.asarray(obs)
+    if obs[0, 1] < -0.3:
+        os._exit(3)
+    return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+"""
+
+
+def test_a_worker_that_dies_fails_the_same_episodes_posted_ahead_or_not(tmp_path):
+    (tmp_path / "deadly.py").write_text(textwrap.dedent(DEADLY))
+    config = _config(50, 'info.get("cost", 0)', "steps >= 30")
+    jobs = [EpisodeJob(0, i, episode_seed(3, 0, i)) for i in range(23)]
+    runs, restarts = [], []
+    for ahead in (False, True):
+        oracle = make_oracle(parse_oracle_spec("python:deadly:act", base_dir=tmp_path))
+        try:
+            envs = [gym.make("CartPole-v1", max_episode_steps=45) for _ in range(6)]
+            records = run_lockstep(
+                envs,
+                jobs,
+                oracle.act,
+                config,
+                calls=lockstep_calls(oracle),
+                post=oracle.post_calls,
+                ahead=ahead,
+            )
+            runs.append(sorted(records, key=lambda r: r.index))
+            restarts.append(oracle.restarts)
+        finally:
+            oracle.close()
+    assert runs[0] == runs[1] and restarts[0] == restarts[1] > 0
+    failed = [r for r in runs[0] if r.failure_reason]
+    assert failed and all("exited (exit code 3)" in r.failure_reason for r in failed)
+    assert any(not r.failure_reason for r in runs[0])
 
 
 def test_a_posted_run_stopped_early_leaves_the_worker_in_step(tmp_path):
@@ -274,7 +323,7 @@ goal = "steps >= 1"
 def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_path, monkeypatch):
     """A policy worker on its own CPU that keeps the rollout waiting longer than it computes
     (here: it sleeps) is brought back to the rollout's CPU after the run's chunk, and the next
-    chunks wait for each step's calls; the records are the same either way."""
+    chunks wait for each half's calls; the records are the same either way."""
     import os
     import tempfile
 
@@ -297,7 +346,8 @@ def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_pat
     real = rollout.run_lockstep
 
     def counted(*args, **kwargs):
-        posting.append(kwargs.get("post") is not None)
+        assert kwargs["post"] is not None  # in halves either way
+        posting.append(kwargs["ahead"])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rollout, "run_lockstep", counted)
@@ -309,8 +359,8 @@ def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_pat
             assert worker is not None and worker.apart is not None
             if not posting[0]:
                 pytest.skip("another run holds the other CPU")
-            assert worker.post is None and not has_own_cpu(worker.apart)
-    assert posting == [True, False]  # the second run waited for each step's calls
+            assert not has_own_cpu(worker.apart)
+    assert posting == [True, False]  # the second run waited for each half's calls
     assert runs[0] == runs[1] and all(r.steps == 12 for r in runs[0])
 
 

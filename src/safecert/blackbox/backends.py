@@ -151,8 +151,8 @@ class Worker:
         self.calls = lockstep_calls(self.oracle)
         self.copies = episodes_per_worker(ctx, alone=alone)
         post = getattr(self.oracle, "post_calls", None)
-        #: the policy worker's channel, and how a step's calls are posted ahead to it, when it
-        #: may run on a CPU of its own (a policy worker of a lone rollout with several copies)
+        #: the policy worker's channel, and how a step's calls are posted to it, for a lone
+        #: rollout with several copies (in halves; ahead while the worker has a CPU of its own)
         self.post: PostCalls | None = None
         self.apart: Channel | None = None
         if alone and post is not None and ctx.oracle.in_worker and lockstep(ctx, alone=True) >= 2:
@@ -195,7 +195,10 @@ class Worker:
         from safecert.isolation import colocated
 
         out: list[EpisodeRecord] = []
-        with colocated(self.apart) if self.colocate else nullcontext(), self._posting() as post:
+        with (
+            colocated(self.apart) if self.colocate else nullcontext(),
+            self._posting() as (post, ahead),
+        ):
             for cell, group in groupby(jobs, key=lambda j: j.cell):
                 cell_jobs = list(group)
                 out.extend(
@@ -206,34 +209,35 @@ class Worker:
                         self.ctx.config,
                         calls=self.calls,
                         post=post,
+                        ahead=ahead,
                     )
                 )
         return out
 
     @contextmanager
-    def _posting(self) -> Iterator[PostCalls | None]:
-        """How this :meth:`run` posts a step's calls ahead (None: it waits for each step's),
-        and afterwards, whether it keeps doing so.
+    def _posting(self) -> Iterator[tuple[PostCalls | None, bool]]:
+        """How this :meth:`run` sends a step's calls: ``(post, ahead)`` for
+        :func:`~safecert.blackbox.rollout.run_lockstep` (``post`` None: whole steps), and
+        afterwards, whether the next run still posts ahead.
 
-        Posting ahead pays only while the policy worker's own CPU is free: the run's time is
-        then the rollout's plus the time it waited for replies, against the rollout's plus the
-        worker's (and two context switches a step) when they take turns on one CPU. A run that
-        waited longer for replies than the worker spent answering them (its CPU is busy with
-        other work) brings the worker back to the rollout's CPU for the rest of the run
+        A lone run's policy worker (``post``) always gets the steps of two halves of the copies
+        in turn, so its requests are the same whether they are posted ahead or not. Posting
+        ahead pays only while the worker's own CPU is free: the run's time is then the
+        rollout's plus the time it waited for replies, against the rollout's plus the worker's
+        (and two context switches a step) when they take turns on one CPU. A run that waited
+        longer for replies than the worker spent answering them (its CPU is busy with other
+        work) brings the worker back to the rollout's CPU for the rest of the run
         (:func:`safecert.isolation.rejoin`). Execution only: the records are the same."""
         from safecert.isolation import ChannelFailure, cpu_seconds, has_own_cpu, rejoin
 
-        apart = self.apart
-        if self.post is None or apart is None or not has_own_cpu(apart):
-            yield None
-            return
-        if apart.pid is None:  # not started yet (its first call starts it, or says why not)
-            with suppress(ChannelFailure):
+        apart, post = self.apart, self.post
+        if post is not None and apart is not None and has_own_cpu(apart) and apart.pid is None:
+            with suppress(ChannelFailure):  # not started yet (its first call says why not)
                 apart.start()
-        if apart.pid is None:
-            yield None
+        if post is None or apart is None or not has_own_cpu(apart) or apart.pid is None:
+            yield post, False
             return
-        post, pid, waited = self.post, apart.pid, [0.0]
+        pid, waited = apart.pid, [0.0]
 
         def timed(observations: np.ndarray, size: int) -> Reply:
             reply = post(observations, size)
@@ -248,11 +252,10 @@ class Worker:
             return wait
 
         before = cpu_seconds(pid)
-        yield timed
+        yield timed, True
         after = cpu_seconds(pid) if apart.pid == pid else None
         if before is None or after is None or waited[0] > after - before:
             rejoin(apart)
-            self.post = None
 
     def stay_colocated(self) -> None:
         """Keep this thread and its workers on one CPU until :meth:`close` instead of claiming

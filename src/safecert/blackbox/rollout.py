@@ -268,6 +268,7 @@ def run_lockstep(
     strict: bool = False,
     calls: Calls | None = None,
     post: PostCalls | None = None,
+    ahead: bool = True,
 ) -> Iterator[EpisodeRecord]:
     """Run ``jobs`` on the ``len(envs)`` copies in lockstep; yield records as episodes end.
 
@@ -278,12 +279,15 @@ def run_lockstep(
     call's reply has one dtype and row shape (the checks are row by row, so the actions are the
     same as checking each call alone).
 
-    ``post`` (:data:`PostCalls`, a policy worker on a CPU of its own): the copies are stepped in
-    two halves of whole calls, each half's calls posted as soon as its step is done and read when
-    the other half's step is done, so the policy answers one half while the environments of the
-    other step. Each row is the same call with the same observation, so every record is the same
-    as without ``post`` (a policy whose rows are independent; the order in which records are
-    yielded may differ).
+    ``post`` (:data:`PostCalls`, a lone run's policy worker): the copies are stepped in two
+    halves of whole calls, in turn, one round trip a half. ``ahead`` (the worker has a CPU of its
+    own): each half's calls are posted as soon as its step is done and read when the other
+    half's step is done, so the policy answers one half while the environments of the other
+    step; the same requests in the same order as without ``ahead`` (and a request behind a
+    failed one goes to a fresh worker, :meth:`safecert.isolation.Channel.post`), so the records
+    are the same either way, whatever the load. Against whole steps (no ``post``) the records
+    are the same for a policy whose rows are independent and whose worker never fails a round
+    trip (a crash fails the calls of its round trip: a half's here).
 
     A spec that cannot be evaluated (a missing key, an index outside the observation) ends the
     episode as a failure of kind ``spec``; with ``strict`` it raises :class:`SpecFailure`
@@ -425,18 +429,29 @@ def run_lockstep(
         while running := live(every):
             yield from advance(running, step_calls(observations(running), size))
         return
-    # two halves of the copies (whole calls each), one's calls in flight while the other steps
+    # two halves of the copies (whole calls each), stepped in turn; ahead: one half's calls in
+    # flight while the other half steps
     half = -(-len(envs) // size // 2) * size
+    parts = (range(half), range(half, len(envs)))
     in_flight: deque[tuple[range, list[tuple[int, _Episode]], Reply]] = deque()
-    for part in (range(half), range(half, len(envs))):
+
+    def send(part: range) -> None:
         if running := live(part):
             in_flight.append((part, running, post(observations(running), size)))
+
+    send(parts[0])
+    if ahead:
+        send(parts[1])
     try:
         while in_flight:
             part, running, reply = in_flight.popleft()
             yield from advance(running, reply())
-            if running := live(part):
-                in_flight.append((part, running, post(observations(running), size)))
+            if ahead:
+                send(part)
+            else:  # the other half next, or this one again when the other has no episode left
+                send(parts[part is parts[0]])
+                if not in_flight:
+                    send(part)
     finally:  # a run that stops early still reads what it sent: the next request gets its reply
         for _, _, reply in in_flight:
             reply()

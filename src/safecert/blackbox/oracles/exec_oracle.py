@@ -90,8 +90,8 @@ class ExecOracle:
         (:func:`~safecert.blackbox.oracles.base.reply_actions`; when every reply holds numbers of
         one type, all at once: :func:`_same_rows`). A group holding a non-finite observation
         fails up front, as a lone call would; a worker that dies, hangs or answers out of
-        protocol fails every call of the round trip (and of every round trip in flight), with
-        the reason and how many calls it held. A vendor's own ``exec:`` program answers whole
+        protocol fails every call of the round trip, with the reason and how many calls it held
+        (a request posted behind it goes to a fresh worker, as it would have had it waited). A vendor's own ``exec:`` program answers whole
         requests, so its calls go one round trip each, made now."""
         groups = call_groups(len(observations), size)
         if not self.spec.in_worker:
@@ -115,17 +115,10 @@ class ExecOracle:
             {"observations": obs, "calls": sizes, "timeout_s": self.spec.timeout_s},
             option=orjson.OPT_SERIALIZE_NUMPY,
         )
-        try:
-            ticket: int | None = self.channel.post(request, self.spec.timeout_s * len(sent))
-            not_sent = None
-        except ChannelFailure as exc:  # the worker could not be started
-            ticket, not_sent = None, OracleFailure(exc.reason)
+        ticket = self.channel.post(request, self.spec.timeout_s * len(sent))
 
         def reply() -> np.ndarray | list[CallResult]:
             try:
-                if not_sent is not None:
-                    raise not_sent
-                assert ticket is not None
                 replies = _call_replies(parse_reply(self._collect(ticket)), len(sent))
             except OracleFailure as exc:
                 whole = OracleFailure(
@@ -160,9 +153,6 @@ class ExecOracle:
             ticket = self.channel.post(encode_request(obs))
         except ValueError:  # JSON has no NaN: the call fails up front, as json_call fails it
             failed: list[CallResult] = [OracleFailure("observations contain non-finite values")]
-            return lambda: failed
-        except ChannelFailure as exc:  # the worker could not be started
-            failed = [OracleFailure(exc.reason)]
             return lambda: failed
 
         def reply() -> np.ndarray | list[CallResult]:

@@ -5,8 +5,8 @@ interleaved runs, so load changes hit both sides. ``--trust`` sets how a ``pytho
 (``in-process``, or ``isolated``: in a policy worker process, one pipe round trip per step, with
 the rollout and the worker on one CPU as certify's pool workers run them; or ``lone``: isolated as
 the only worker of a run runs it, the policy worker on a CPU of its own when one is free,
-answering one half of the copies while the rollout steps the other half, K = 32; on one CPU,
-without a CPU free). ``--lockstep`` K: the
+answering one half of the copies while the rollout steps the other half, K = 32; the halves in
+turn on one CPU without a CPU free). ``--lockstep`` K: the
 rollout steps K × batch episodes together, one policy call per ``batch`` rows, a step's calls in
 one round trip to a policy worker (``lockstep`` of the run config; 0 = its default: 16 for a
 policy worker, 32 for ``lone``, 1 otherwise).
@@ -128,11 +128,17 @@ def certify_loop(
     try:
         oracle.probe()  # a worker's start-up is not per-step work
         with colocated(apart):
-            own = apart is not None and has_own_cpu(apart) and copies >= 2
-            post = getattr(oracle, "post_calls", None) if own else None
+            post = getattr(oracle, "post_calls", None) if lone and copies >= 2 else None
+            ahead = apart is not None and has_own_cpu(apart)
             start, cpu = time.perf_counter(), time.process_time()
             records = run_lockstep(
-                envs, jobs, oracle.act, config, calls=lockstep_calls(oracle), post=post
+                envs,
+                jobs,
+                oracle.act,
+                config,
+                calls=lockstep_calls(oracle),
+                post=post,
+                ahead=ahead,
             )
             steps = sum(r.steps for r in records)
             return steps, time.perf_counter() - start, time.process_time() - cpu

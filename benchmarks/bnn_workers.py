@@ -2,15 +2,17 @@
 
 Runs the command once per (variant, repeat), the variants alternating, each in a fresh process::
 
-    safecert bnn verify --benchmark NAME --epsilon EPS --workers W --out OUT/W-r --json
+    safecert bnn verify --benchmark NAME --epsilon EPS --workers W --out OUT/W-r --json \\
+        --time-limit S --events OUT/W-r.events.jsonl
 
 and records per run its wall seconds, the attempt's CPU seconds as the engine counts them
 (``result.runtimes_s.total_s``: the run's process plus the CPU its solver workers report for
 their solves), the command's own CPU seconds (``resource.getrusage(RUSAGE_CHILDREN)`` around it:
 the command and what it reaped — not the solver workers, which are children of multiprocessing's
 forkserver), the 1-minute load average before and after, and the verdict, learner rounds and
-verifier calls from the certificate. It then checks that
-every run wrote the same outcome (the certificate's parameters and result without its timings)
+verifier calls from the certificate; each run's progress events (one per CEGIS round: what the
+round found) go to ``OUT/W-r.events.jsonl``, to compare a run's path with another's. It then
+checks that every run wrote the same outcome (the certificate's parameters and result without its timings)
 and prints the wall ratio of each variant against the first.
 
     .venv/bin/python benchmarks/bnn_workers.py --benchmark lane --epsilon 0.5sigma \\
@@ -45,7 +47,7 @@ def outcome(cert: dict[str, Any]) -> dict[str, Any]:
 def run_once(args: argparse.Namespace, workers: int, out: Path) -> dict[str, Any]:
     cmd = [str(SAFECERT), "bnn", "verify", "--benchmark", args.benchmark]
     cmd += ["--epsilon", args.epsilon, "--workers", str(workers), "--out", str(out), "--json"]
-    cmd += ["--time-limit", str(args.time_limit)]
+    cmd += ["--time-limit", str(args.time_limit), "--events", str(out.with_suffix(".events.jsonl"))]
     if args.seed is not None:
         cmd += ["--seed", str(args.seed)]
     load0 = os.getloadavg()[0]

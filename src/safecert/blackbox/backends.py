@@ -4,7 +4,9 @@ A :class:`RunContext` (picklable) is everything a worker needs to build its orac
 environments of every cell. :class:`Worker` builds them once, lazily, and runs chunks of jobs of
 one cell with :func:`safecert.blackbox.rollout.run_lockstep` on :func:`episodes_per_worker` env
 copies (``lockstep`` × ``batch_size``: one oracle call per ``batch_size`` rows, the calls of a
-step in one round trip to a policy worker).
+step in one round trip to a policy worker; for the only worker of a run, two round trips a step,
+one per half of the copies, the policy worker answering one half while the other steps when it
+has a CPU of its own).
 :class:`LocalBackend` runs chunks in-process (``workers = 1``) or on a ``forkserver`` process pool
 and yields records in completion order: a fixed list (:meth:`LocalBackend.run`) or the chunks a
 :class:`JobSource` hands out as workers free up (:meth:`LocalBackend.stream`: the sequential

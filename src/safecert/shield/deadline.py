@@ -191,7 +191,9 @@ def _caller_cpu() -> int | None:
     worker runs leaves that CPU free for it, and a worker woken there starts at once, while one
     woken on an idle CPU waits for that CPU to wake up (a hand-off of 8 µs on one CPU, 24 µs
     across two idle vCPUs; ``benchmarks/RESULTS_guard.md``). The caller itself stays free to
-    move; its worker follows it at the next hand-off."""
+    move; its worker follows it at the next hand-off — a system call and a cold cache, paid at
+    nearly every hand-off by a caller that keeps being woken on the other CPU (a job with system
+    calls, long enough for that CPU to be free: the sandbox's φ)."""
     if not _getcpu:
         _getcpu.append(_cpu_lookup())
     getcpu = _getcpu[0]

@@ -382,8 +382,8 @@ def test_a_lone_runs_policy_worker_steps_more_copies(tmp_path):
     (tmp_path / "sleepy.py").write_text("def act(obs):\n    return obs[:, 0] > 0\n")
     plan = plan_run(write_run(tmp_path, SLEEPY_RUN.replace("[spec]", "batch_size = 2\n[spec]")))
     ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
-    assert LOCKSTEP_APART == 32 and LOCKSTEP_DEFAULT == 16
-    assert lockstep(ctx, alone=True) == 32 and episodes_per_worker(ctx, alone=True) == 64
+    assert LOCKSTEP_APART == 64 and LOCKSTEP_DEFAULT == 16
+    assert lockstep(ctx, alone=True) == 64 and episodes_per_worker(ctx, alone=True) == 128
     assert lockstep(ctx) == 16
     in_process = replace(ctx, oracle=replace(ctx.oracle, trust="in-process"))
     assert lockstep(in_process, alone=True) == 16

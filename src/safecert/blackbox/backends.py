@@ -63,10 +63,11 @@ class RunContext:
 #: 1.38–1.64× at K = 1, same runs at load 7; benchmarks/RESULTS_speed.md, round 4)
 LOCKSTEP_DEFAULT = 16
 #: K for a lone run's policy worker (``workers = 1``), which may answer one half of the copies on
-#: a CPU of its own while the rollout steps the other half: a half of 16 rows (≈ 250 µs of
+#: a CPU of its own while the rollout steps the other half: a half of 32 rows (≈ 500 µs of
 #: CartPole steps) covers the worker's wake-up on another CPU (75–80 µs a round trip on a 2-vCPU
-#: virtual machine) and its 16 calls, where a half of 8 barely does
-LOCKSTEP_APART = 32
+#: virtual machine) and its 32 calls with room to spare (whole SafeCartPole runs, same run:
+#: K = 64 1.08× the hand loop, K = 32 1.29×; benchmarks/RESULTS_speed.md, round 6)
+LOCKSTEP_APART = 64
 
 
 def lockstep(ctx: RunContext, *, alone: bool = False) -> int:

@@ -187,8 +187,9 @@ class Channel:
 
     def start(self) -> None:
         """Start a ``handshake`` child now without waiting for it: its start-up (interpreter,
-        imports, model loading) overlaps the caller's own work, and the first round trip waits
-        for its ready line under the start-up grace. A no-op while it runs."""
+        imports; model loading too, unless the child loads on its first request, as a ``gated``
+        policy worker does) overlaps the caller's own work, and the first round trip waits for
+        its ready line under the start-up grace. A no-op while it runs."""
         assert self.handshake, "a child without a ready line gets its grace at its first call"
         if self._in_flight or (self._proc is not None and self._proc.poll() is None):
             return

@@ -222,6 +222,7 @@ def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
         # the probe's vendor, then at least one pool worker's vendor with their escapees
@@ -230,12 +231,34 @@ def test_interrupted_certify_leaves_no_vendor(tmp_path, signum):
             os.killpg(proc.pid, signum)
         else:
             proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"certify did not exit within 30 s of the signal:\n{_hung(proc)}")
     finally:
         proc.kill()
         proc.wait()
     assert proc.returncode != 0 and "Traceback" not in err, err
     assert wait_until(lambda: tagged(tag) == [], timeout=5), tagged(tag)
+
+
+def _hung(proc: subprocess.Popen) -> str:
+    """What a hung certify session was doing: its processes (state, kernel wait channel) and,
+    after ``SIGABRT`` (``PYTHONFAULTHANDLER``), every Python thread's stack of each of them."""
+    table = subprocess.run(
+        ["ps", "-s", str(proc.pid), "-o", "pid,ppid,pgid,stat,wchan:30,etime,args"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+    for line in table.splitlines()[1:]:
+        pid, args = int(line.split()[0]), line.split(None, 6)[-1]
+        if "python" in args and pid != proc.pid:
+            os.kill(pid, signal.SIGABRT)
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGABRT)
+    _, err = proc.communicate(timeout=10)
+    return f"{table}\n--- stderr (faulthandler dumps) ---\n{err[-20000:]}"
 
 
 def test_a_library_pool_run_closes_its_vendors(tmp_path):

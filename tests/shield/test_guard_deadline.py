@@ -152,3 +152,37 @@ def test_a_waited_for_worker_runs_on_its_callers_cpu_and_is_let_go_otherwise():
         assert call_with_deadline(_where, (), 5.0)[2] != hung[0]  # another worker answers
     finally:
         release.set()
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="Linux CPU affinity, two CPUs",
+)
+def test_a_caller_that_moves_takes_the_worker_kept_on_its_new_cpu_and_none_is_moved():
+    """Workers are kept on one CPU each, for good: a caller that runs on another CPU than before
+    gets another worker, kept there, and the first stays where it was (no thread is moved, which
+    would cost a system call and, were it still running, a stop of its CPU); back on the first
+    CPU, the caller gets its first worker again."""
+    a, b = sorted(os.sched_getaffinity(0))[:2]
+    seen: list[tuple[int, set[int], int]] = []
+    kept: list[set[int]] = []
+    failed: list[BaseException] = []
+
+    def caller() -> None:  # a thread of its own: the test's thread keeps its CPUs
+        try:
+            for cpu in (a, b, a):
+                os.sched_setaffinity(0, {cpu})
+                seen.append(call_with_deadline(_where, (), 5.0))
+                kept.append(os.sched_getaffinity(seen[0][2]))
+        except BaseException as exc:  # re-raised in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    thread.join(30.0)
+    assert not failed, failed
+    assert [(ran_on, affinity) for ran_on, affinity, _ in seen] == [
+        (a, {a}), (b, {b}), (a, {a})
+    ]  # fmt: skip
+    assert seen[1][2] != seen[0][2] and seen[2][2] == seen[0][2]
+    assert kept == [{a}, {a}, {a}]  # the first worker never left its CPU

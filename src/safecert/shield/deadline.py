@@ -12,9 +12,11 @@ kept in a pool and reused while they answer in time; the caller puts its worker 
 read the answer. A worker's wake-up does not preempt its caller (``SCHED_BATCH`` on Linux): the
 caller first goes on to wait, which lets go of the GIL, instead of being switched out for a worker
 that would only find the GIL held (a third of a hand-off's CPU time). A caller that blocks for
-the answer (the threaded form; the loop's own wait below) keeps its worker on the CPU it runs on
-itself (:func:`_caller_cpu`), which it leaves free while it waits: the worker does not wait for an
-idle CPU to wake up. Awaited on an event
+the answer (the threaded form; the loop's own wait below) takes a worker kept on the CPU it runs
+on itself (:func:`_caller_cpu`), which it leaves free while it waits: the worker does not wait for
+an idle CPU to wake up. Workers are pooled per CPU and never moved: a caller that moves to another
+CPU takes that CPU's worker, so no call pays for moving a thread (a system call, and a stop of the
+other CPU if the worker is still running there). Awaited on an event
 loop (:func:`acall_with_deadline`) the answer comes back through the loop (a wake-up of its
 self-pipe and two loop iterations more), unless the awaiting task asked, with
 :func:`wait_on_loop`, to wait for it on the loop's own thread first for a short while: the loop
@@ -63,7 +65,7 @@ class _Worker:
 
     __slots__ = ("go", "done", "mutex", "job", "answer", "abandoned", "notify", "tid", "cpu")
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: int | None) -> None:
         self.go = threading.Lock()
         self.done = threading.Lock()
         self.mutex = threading.Lock()
@@ -74,13 +76,19 @@ class _Worker:
         self.abandoned = False
         self.notify: Callable[[], object] | None = None
         self.tid: int | None = None  # its thread's id, set by the thread as it starts
-        self.cpu: int | None = None  # the CPU it is kept on (:meth:`place`); None: any
+        self.cpu = cpu  # the CPU it is kept on, for good (its pool); None: any the process may use
         threading.Thread(target=self._run, daemon=True, name="safecert-deadline").start()
 
     def _run(self) -> None:
-        self.tid = threading.get_native_id()
         _no_wakeup_preemption()
         go, done, mutex = self.go, self.done, self.mutex
+        with mutex:  # against give_up(): a worker abandoned before it started is never kept
+            self.tid = threading.get_native_id()
+            if self.cpu is not None and not self.abandoned:
+                try:
+                    os.sched_setaffinity(0, {self.cpu})
+                except OSError:  # a CPU no longer allowed: it runs where the process may
+                    pass
         while True:
             go.acquire()
             fn, args = self.job  # type: ignore[misc]
@@ -105,22 +113,10 @@ class _Worker:
         self.job = (fn, args)
         self.go.release()
 
-    def place(self, cpu: int | None) -> None:
-        """Keep the worker on ``cpu`` from now on (``None``: on any CPU the process may use). A
-        system call only when that changes; refused (a CPU no longer allowed, a thread not
-        started yet), the worker stays where it was allowed to run."""
-        if cpu == self.cpu or self.tid is None:
-            return
-        try:
-            os.sched_setaffinity(self.tid, {cpu} if cpu is not None else os.sched_getaffinity(0))
-        except OSError:
-            return
-        self.cpu = cpu
-
     def take(self) -> Answer:
-        """The answer of a finished job; the worker goes back to the pool."""
+        """The answer of a finished job; the worker goes back to its CPU's pool."""
         answer, self.answer = self.answer, (False, None)
-        _idle.append(self)
+        _idle[self.cpu].append(self)
         return answer
 
     def give_up(self) -> Answer | None:
@@ -130,7 +126,12 @@ class _Worker:
             if self.done.acquire(blocking=False):
                 return self.take()
             self.abandoned = True
-        self.place(None)  # a hung callable keeps a CPU busy, but not its caller's
+            tid = self.tid  # None: not started, and it will not keep a CPU (_run)
+        if self.cpu is not None and tid is not None:
+            try:  # a hung callable keeps a CPU busy, but not its caller's
+                os.sched_setaffinity(tid, os.sched_getaffinity(0))
+            except OSError:  # the thread is gone, or the process's CPUs changed
+                pass
         return None
 
     def wake(self, notify: Callable[[], object]) -> Answer | None:
@@ -170,18 +171,23 @@ def _cpu_lookup() -> Callable[[], int] | None:
     return getcpu
 
 
-_idle: list[_Worker] = []  # list.append/pop are atomic under the GIL
+#: idle workers by the CPU they are kept on (None: not kept); list.append/pop are atomic under
+#: the GIL, and a pool is added once per CPU (dict.setdefault is atomic too)
+_idle: dict[int | None, list[_Worker]] = {None: []}
 _getcpu: list[Callable[[], int] | None] = []  # [_cpu_lookup()], resolved on first use
 
 
 def _submit(fn: Callable[..., Any], args: tuple[Any, ...], waited: bool) -> _Worker:
     """Start ``fn(*args)`` on an idle worker (a new one if none is idle). ``waited``: the caller
-    blocks until the answer, so the worker is kept on the caller's CPU (:func:`_caller_cpu`)."""
+    blocks until the answer, so the worker is one kept on the caller's CPU (:func:`_caller_cpu`)."""
+    cpu = _caller_cpu() if waited else None
+    pool = _idle.get(cpu)
+    if pool is None:
+        pool = _idle.setdefault(cpu, [])
     try:
-        worker = _idle.pop()
+        worker = pool.pop()
     except IndexError:
-        worker = _Worker()
-    worker.place(_caller_cpu() if waited else None)
+        worker = _Worker(cpu)
     worker.start(fn, args)
     return worker
 
@@ -191,9 +197,8 @@ def _caller_cpu() -> int | None:
     worker runs leaves that CPU free for it, and a worker woken there starts at once, while one
     woken on an idle CPU waits for that CPU to wake up (a hand-off of 8 µs on one CPU, 24 µs
     across two idle vCPUs; ``benchmarks/RESULTS_guard.md``). The caller itself stays free to
-    move; its worker follows it at the next hand-off — a system call and a cold cache, paid at
-    nearly every hand-off by a caller that keeps being woken on the other CPU (a job with system
-    calls, long enough for that CPU to be free: the sandbox's φ)."""
+    move — it is often woken on the other CPU when that one is idle (a job with system calls, long
+    enough for it to be free: the sandbox's φ) — and then takes the worker kept there."""
     if not _getcpu:
         _getcpu.append(_cpu_lookup())
     getcpu = _getcpu[0]

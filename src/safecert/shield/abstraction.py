@@ -35,18 +35,27 @@ def decode_result(value: Any) -> Any:
     return value
 
 
+#: the immutable JSON leaves, shared by a copy (exact types: a subclass goes the longer way)
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def json_copy(value: Any) -> Any:
     """A deep copy of JSON-like data (dicts, lists, tuples, strings, numbers, booleans, None) —
     what a guard session keeps of a call's arguments and result — made without
-    :func:`copy.deepcopy`'s generic machinery; anything else goes through it."""
-    if value is None or isinstance(value, str | int | float | bool):
+    :func:`copy.deepcopy`'s generic machinery; anything else goes through it. Leaves are shared
+    (immutable) and tested in line, without a call per leaf: a flat argument dict is one dict
+    comprehension (2.4× faster than a call per value; ``benchmarks/RESULTS_guard.md``)."""
+    kind = type(value)
+    if kind in _LEAVES:
         return value
-    if type(value) is dict:
-        return {k: json_copy(v) for k, v in value.items()}
-    if type(value) is list:
-        return [json_copy(v) for v in value]
-    if type(value) is tuple:
-        return tuple(json_copy(v) for v in value)
+    if kind is dict:
+        return {k: v if type(v) in _LEAVES else json_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _LEAVES else json_copy(v) for v in value]
+    if kind is tuple:
+        return tuple([v if type(v) in _LEAVES else json_copy(v) for v in value])
+    if isinstance(value, str | int | float | bool):  # subclasses of the leaves: shared as well
+        return value
     return copy.deepcopy(value)
 
 

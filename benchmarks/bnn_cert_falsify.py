@@ -3,7 +3,7 @@
 A SAFE certificate claims that ``Inv = {x ∈ B : g(x) ≥ 0}`` contains X0, avoids X_u and is closed
 under every transition ``x' = f(x, π_W(x))`` with ``W`` in the weight box (any ``W`` at every step).
 This script tries to break that claim **without the engine's code**: the dynamics are written out
-by hand below from the systems' descriptions (``lane``, ``cartpole``, ``lane4``), the weight box is built by
+by hand below from the systems' descriptions (``lane``, ``cartpole``, ``lane4``, ``reactor``), the weight box is built by
 hand from the certificate's policy copy (mean ± ε·0.1 on the output kernel, biases and the first
 layer fixed), and the networks run as plain NumPy matrix products. Only the certificate's JSON and
 ``policy.npz`` are read (the hand dynamics are compared once with the engine's simulator on random
@@ -40,7 +40,7 @@ import numpy as np
 
 SIGMA = 0.1  # the systems' σ (benchmark_config: layer 1, kernels only)
 
-#: hand-written dynamics (see src/safecert/bnn/data/{lane,cartpole,lane4}.system.toml)
+#: hand-written dynamics (see src/safecert/bnn/data/{lane,cartpole,lane4,reactor}.system.toml)
 
 
 def lane_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -53,6 +53,20 @@ def lane4_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     uc = np.clip(u, -1.0, 1.0)
     e, psi, r, d = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
     return np.stack([e + 0.1 * psi, psi + 0.1 * r, 0.8 * r + 0.2 * d, 0.6 * d + 0.4 * uc], axis=1)
+
+
+def reactor_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    uc = np.clip(u, -1.0, 1.0)
+    c, temp, jacket, valve = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
+    return np.stack(
+        [
+            0.5 * c - 0.2 * temp,
+            1.1 * temp + 0.1 * c + 0.2 * jacket,
+            0.4 * jacket + 0.2 * temp - 0.4 * valve,
+            0.2 * valve + 0.8 * uc,
+        ],
+        axis=1,
+    )
 
 
 def cartpole_step(x: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -78,6 +92,7 @@ SYSTEMS = {
         np.array([0.2, 0.2, 0.05, 0.1]),
     ),
     "lane4": (lane4_step, np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.15, 0.1, 0.1, 0.1])),
+    "reactor": (reactor_step, np.ones(4), np.full(4, 0.1)),
 }
 
 

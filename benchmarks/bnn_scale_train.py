@@ -1,11 +1,12 @@
 """Train the mean policies of the 3-D and 4-D BNN systems (issue 25.5) and write them as package data.
 
-    .venv/bin/python benchmarks/bnn_scale_train.py     # writes src/safecert/bnn/data/{lane,cartpole,lane4}.npz
+    .venv/bin/python benchmarks/bnn_scale_train.py     # writes src/safecert/bnn/data/{lane,cartpole,lane4,reactor}.npz
 
 Systems: ``lane`` (3 states, lane keeping with a lagged yaw rate), ``cartpole`` (4 states, linearised
-cart-pole with saturated force) and ``lane4`` (4 states, ``lane`` with a first-order steering
-actuator); their dynamics and sets are ``src/safecert/bnn/data/*.system.toml``.
-Each policy is a ``d → h → 1`` ReLU network (``lane``, ``lane4`` h = 16, ``cartpole`` h = 8: half the
+cart-pole with saturated force), ``lane4`` (4 states, ``lane`` with a first-order steering
+actuator) and ``reactor`` (4 states, an exothermic reactor with a cooling jacket and a valve lag);
+their dynamics and sets are ``src/safecert/bnn/data/*.system.toml``.
+Each policy is a ``d → h → 1`` ReLU network (``lane``, ``lane4`` h = 16, ``cartpole``, ``reactor`` h = 8: half the
 binaries of the closure MILP's policy part; 16 units had no certificate after 505 CPU-s)
 imitating the discrete LQR feedback ``u = −K x`` of the linear part (gains from ``scipy.linalg.solve_discrete_are``; the dynamics clip ``u`` to ±1), trained
 with the output layer's weights perturbed by N(0, σ²), σ = 0.1 (the σ the systems are certified with,
@@ -29,7 +30,7 @@ from safecert.bnn.system import get_benchmark
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "safecert" / "bnn" / "data"
 SIGMA = 0.1
-HIDDEN = {"lane": 16, "cartpole": 8, "lane4": 16}
+HIDDEN = {"lane": 16, "cartpole": 8, "lane4": 16, "reactor": 8}
 
 
 def lqr(a: np.ndarray, b: np.ndarray, q: np.ndarray, r: float) -> np.ndarray:
@@ -49,10 +50,15 @@ def linear_parts() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, float]
     cp_b = np.array([[0.0], [10 * dt], [0.0], [-20 * dt]])
     l4_a = np.array([[1, 0.1, 0, 0], [0, 1, 0.1, 0], [0, 0, 0.8, 0.2], [0, 0, 0, 0.6]], dtype=float)
     l4_b = np.array([[0.0], [0.0], [0.0], [0.4]])
+    re_a = np.array(
+        [[0.5, -0.2, 0, 0], [0.1, 1.1, 0.2, 0], [0, 0.2, 0.4, -0.4], [0, 0, 0, 0.2]], dtype=float
+    )
+    re_b = np.array([[0.0], [0.0], [0.0], [0.8]])
     return {
         "lane": (lane_a, lane_b, np.diag([1.0, 1.0, 0.1]), 1.0),
         "cartpole": (cp_a, cp_b, np.diag([1.0, 1.0, 10.0, 1.0]), 1.0),
         "lane4": (l4_a, l4_b, np.diag([1.0, 1.0, 0.1, 0.1]), 1.0),
+        "reactor": (re_a, re_b, np.diag([1.0, 10.0, 1.0, 0.1]), 1.0),
     }
 
 
@@ -103,7 +109,7 @@ def excursion(name: str, net: ReluNetwork, steps: int = 400) -> np.ndarray:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--systems", default="lane,cartpole,lane4")
+    ap.add_argument("--systems", default="lane,cartpole,lane4,reactor")
     ap.add_argument("--out", type=Path, default=DATA)
     args = ap.parse_args()
     for name in args.systems.split(","):

@@ -1,7 +1,8 @@
-"""The 3-D lane-keeping and 4-D cart-pole and lane-keeping-with-actuator systems (issue 25.5): the
-packaged tables compile to the dynamics their comments state (written out here by hand), their
-policies fit and keep the mean closed loop inside B, ``--benchmark`` builds their published setup,
-and the packaged ``lane4`` policy is the one its training script writes."""
+"""The 3-D lane-keeping and 4-D cart-pole, lane-keeping-with-actuator and reactor systems (issue
+25.5): the packaged tables compile to the dynamics their comments state (written out here by hand),
+their policies fit and keep the mean closed loop inside B, ``--benchmark`` builds their published
+setup, and the packaged ``lane4`` and ``reactor`` policies are the ones their training script
+writes."""
 
 from __future__ import annotations
 
@@ -29,6 +30,20 @@ def _lane4(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.stack([e + 0.1 * psi, psi + 0.1 * r, 0.8 * r + 0.2 * d, 0.6 * d + 0.4 * uc], 1)
 
 
+def _reactor(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    uc = np.clip(u, -1, 1)
+    c, temp, jacket, valve = x.T
+    return np.stack(
+        [
+            0.5 * c - 0.2 * temp,
+            1.1 * temp + 0.1 * c + 0.2 * jacket,
+            0.4 * jacket + 0.2 * temp - 0.4 * valve,
+            0.2 * valve + 0.8 * uc,
+        ],
+        1,
+    )
+
+
 def _cartpole(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     uc = np.clip(u, -1, 1)
     M, m, half_len, g, dt, force = 1.0, 0.1, 0.5, 9.8, 0.05, 10.0
@@ -39,7 +54,10 @@ def _cartpole(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("name,step", [("lane", _lane), ("cartpole", _cartpole), ("lane4", _lane4)])
+@pytest.mark.parametrize(
+    "name,step",
+    [("lane", _lane), ("cartpole", _cartpole), ("lane4", _lane4), ("reactor", _reactor)],
+)
 def test_packaged_dynamics_are_the_stated_model(name, step) -> None:
     bench = get_benchmark(name)
     rng = np.random.default_rng(0)
@@ -85,29 +103,36 @@ def test_the_cli_names_every_benchmark():
     assert not missing, missing
 
 
-_LANE4 = Path(__file__).resolve().parents[2] / "src" / "safecert" / "bnn" / "data" / "lane4.npz"
+_DATA = Path(__file__).resolve().parents[2] / "src" / "safecert" / "bnn" / "data"
 #: sha256 of the packaged lane4 policy
 LANE4_SHA256 = "3394befdd2623441c2ecab9675c695e2f3946710d1c2d4388a30bfcd722cf14b"
+#: sha256 of the packaged policies that their training script writes again, byte for byte
+PINNED = {
+    "lane4": LANE4_SHA256,
+    "reactor": "a2bd377f281d2de7ee257f06dda0d1e57800489ceffdee89e43966a4941a2379",
+}
 
 
-def test_lane4_policy_is_the_pinned_file() -> None:
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_policy_is_the_pinned_file(name) -> None:
     import hashlib
 
-    assert hashlib.sha256(_LANE4.read_bytes()).hexdigest() == LANE4_SHA256
+    assert hashlib.sha256((_DATA / f"{name}.npz").read_bytes()).hexdigest() == PINNED[name]
 
 
-@pytest.mark.slow  # trains the policy again: ≈ 15 CPU-s
-def test_lane4_policy_is_the_file_its_training_script_writes(tmp_path) -> None:
+@pytest.mark.slow  # trains the policy again: ≈ 15 CPU-s each
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_policy_is_the_file_its_training_script_writes(name, tmp_path) -> None:
     """``benchmarks/bnn_scale_train.py`` (seeded, one thread) writes the packaged file again, byte
     for byte: the policy is reproducible from the script."""
     import hashlib
     import subprocess
     import sys
 
-    script = _LANE4.parents[4] / "benchmarks" / "bnn_scale_train.py"
-    cmd = [sys.executable, str(script), "--systems", "lane4", "--out", str(tmp_path)]
+    script = _DATA.parents[3] / "benchmarks" / "bnn_scale_train.py"
+    cmd = [sys.executable, str(script), "--systems", name, "--out", str(tmp_path)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-    assert hashlib.sha256((tmp_path / "lane4.npz").read_bytes()).hexdigest() == LANE4_SHA256
+    assert hashlib.sha256((tmp_path / f"{name}.npz").read_bytes()).hexdigest() == PINNED[name]
 
 
 @pytest.mark.slow  # a few CEGIS rounds on the 4-D closure MILP, twice: ≈ 40 CPU-s

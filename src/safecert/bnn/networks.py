@@ -37,7 +37,7 @@ Layer = tuple[np.ndarray, np.ndarray]
 
 BENCHMARK_POLICIES = ("lds", "lds_all", "pend", "pend_all", "car", "car_all")
 #: the 3-D and 4-D systems' policies (trained by ``benchmarks/bnn_scale_train.py``, issue 25.5)
-SCALE_POLICIES = ("lane", "cartpole", "lane4")
+SCALE_POLICIES = ("lane", "cartpole", "lane4", "reactor")
 
 
 def forward(layers: Sequence[Layer], x: np.ndarray) -> np.ndarray:

@@ -77,7 +77,8 @@ def with_options(
 
 #: ``--benchmark`` names: the six published policies, and the LDS ones with the published code's
 #: initial set ``‖x‖∞ ≤ 0.4`` (``*_x04``; plain ``lds`` uses the paper's 0.6), and the 3-D lane keeping
-#: and 4-D cart-pole and lane-keeping-with-actuator systems (``lane``, ``cartpole``, ``lane4``;
+#: and 4-D cart-pole, lane-keeping-with-actuator and reactor systems (``lane``, ``cartpole``,
+#: ``lane4``, ``reactor``;
 #: σ = 0.1 on the output layer, as ``lds``;
 #: ``limits.max_iterations = 1000``)
 BENCHMARKS = (*BENCHMARK_POLICIES, "lds_x04", "lds_all_x04", *SCALE_POLICIES)
@@ -112,9 +113,9 @@ def benchmark_config(name: str, **overrides: object) -> BnnConfig:
         # parallel; lane at 0.5σ: 149 rounds against 287 with halves, benchmarks/RESULTS_bnn_scale.md)
         data["limits"] = {"max_iterations": 1000}
         data["verifier"] = {"closure_splits": 2}
-    if policy == "lane4":  # 50 000 sampled closure checks before each MILP (a few ms each round):
-        # the 4-D closure MILP costs ≈ 8–10 CPU-s a call, and most candidates' violations are
-        # found by sampling first (benchmarks/RESULTS_bnn_scale.md, session 4)
+    if policy in ("lane4", "reactor"):  # 50 000 sampled closure checks before each MILP (a few
+        # ms each round): the 4-D closure MILP costs ≈ 8–10 CPU-s a call, and most candidates'
+        # violations are found by sampling first (benchmarks/RESULTS_bnn_scale.md, session 4)
         data["data"] = {"falsifier_samples": 50_000}
     data.update(overrides)
     cfg = parse_model(BnnConfig, data)

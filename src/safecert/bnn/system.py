@@ -34,7 +34,7 @@ from safecert.bnn.sets import (
 from safecert.errors import ConfigError
 
 #: systems shipped with the package (``data/NAME.system.toml``)
-SYSTEMS = ("lds", "lds_x04", "pend", "car", "lane", "cartpole", "lane4")
+SYSTEMS = ("lds", "lds_x04", "pend", "car", "lane", "cartpole", "lane4", "reactor")
 _FUNCTIONS = {"clip", "min", "max", "abs", "relu", "pwl"}
 
 

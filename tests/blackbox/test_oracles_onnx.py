@@ -79,3 +79,68 @@ def test_corrupt_model_fails_the_probe(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     with pytest.raises(OracleError, match="^policy: cannot load ONNX model"):
         make_oracle(parse_oracle_spec("onnx:bad.onnx", base_dir=tmp_path)).probe()
+
+
+class _TwoInputs(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(a + b)
+
+
+def _reasons(results: object) -> object:
+    """A step's results with each failure as its reason (OracleFailure has no equality)."""
+    if isinstance(results, list):
+        return [r.reason if isinstance(r, OracleFailure) else r for r in results]
+    return results
+
+
+def test_the_session_runs_below_its_wrapper_with_the_same_outputs_and_errors(exported, tmp_path):
+    """``session_run``: the compiled session's ``run`` for a one-input model on the CPU
+    provider, ``InferenceSession.run`` otherwise; the same actions and the same failure
+    reasons as the wrapper gives, for good rows and rows of the wrong width."""
+    spec = parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent)
+    below, wrapped = make_oracle(spec), make_oracle(spec)
+    below.probe()
+    wrapped.probe()
+    session = below._session
+    assert below._run == session._sess.run
+    wrapped._run = wrapped._session.run  # what every call went through before
+    obs = np.random.default_rng(2).normal(size=(9, 5))
+    assert below.act(obs).tobytes() == wrapped.act(obs).tobytes()
+    reasons = []
+    for oracle in (below, wrapped):
+        with pytest.raises(OracleFailure, match="^onnxruntime: ") as failure:
+            oracle.act(np.zeros((2, 4)))
+        reasons.append(failure.value.reason)
+    assert reasons[0] == reasons[1]
+    two = export_two(tmp_path / "two.onnx")
+    two_inputs = make_oracle(parse_oracle_spec(f"onnx:{two}", base_dir=tmp_path))
+    two_inputs._load()
+    assert two_inputs._run == two_inputs._session.run  # the wrapper names the missing input
+    with pytest.raises(OracleFailure, match="Required inputs"):
+        two_inputs.act(np.zeros((1, 3)))
+
+
+def export_two(path: Path) -> Path:
+    zeros = torch.zeros(1, 3)
+    torch.onnx.export(_TwoInputs(), (zeros, zeros), str(path), input_names=["a", "b"], dynamo=False)
+    return path
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 7])
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_a_steps_calls_are_each_call_of_act(exported, rows, size):
+    """``act_calls`` (the float32 conversion once a step) gives what calling ``act`` once per
+    ``size`` rows gives, bit for bit, failures included."""
+    from safecert.blackbox.oracles import lockstep_calls
+    from safecert.blackbox.oracles.base import each_call
+
+    oracle = make_oracle(parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent))
+    calls = lockstep_calls(oracle)
+    assert calls == oracle.act_calls
+    obs = np.random.default_rng(rows * 10 + size).normal(size=(rows, 5))
+    got, expected = calls(obs, size), each_call(oracle.act, obs, size)
+    assert type(got) is type(expected)
+    if isinstance(got, np.ndarray):
+        assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+    bad = np.zeros((rows, 4))
+    assert _reasons(calls(bad, size)) == _reasons(each_call(oracle.act, bad, size))

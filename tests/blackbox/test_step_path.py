@@ -10,6 +10,9 @@
   other (``run_lockstep``'s ``post``): the records equal those of waited calls, with failing
   calls, replies outside the action space, a batch of two rows a call, a policy called inside
   an environment's step while calls are in flight, and a run stopped early.
+- A step's replies are accepted at once (``BoxBatch``, ``DiscreteBatch``) and checked finite
+  (``all_finite``) with a few Python calls: the same answer as the value-by-value comparison,
+  NaN, infinities, bounds and overflowing sums included.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ import textwrap
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
+from hypothesis import given
+from hypothesis import strategies as st
 
+from safecert.blackbox.actions import BoxBatch, DiscreteBatch
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
 from safecert.blackbox.oracles import lockstep_calls, make_oracle, parse_oracle_spec
+from safecert.blackbox.oracles.base import all_finite
 from safecert.blackbox.rollout import run_lockstep
 from safecert.blackbox.spec import compile_spec, step_scope
 from safecert.expressions import EvalError, Read, parse
@@ -388,3 +396,53 @@ def test_a_lone_runs_policy_worker_steps_more_copies(tmp_path):
     in_process = replace(ctx, oracle=replace(ctx.oracle, trust="in-process"))
     assert lockstep(in_process, alone=True) == 16
     assert lockstep(replace(ctx, sequential=True), alone=True) == 1
+
+
+#: values a reply may hold: the bounds below and their neighbours, overflowing ones, non-finite
+VALUES = st.one_of(
+    st.sampled_from([-1.0, 1.0, -2.0, 2.0, 0.0, -0.0, 1e308, -1e308, math.inf, -math.inf]),
+    st.just(math.nan),
+    st.floats(-3, 3),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+BOXES = [
+    (np.full(3, -1.0), np.full(3, 1.0)),  # one finite [lo, hi] for every dimension
+    (np.full(3, -2e308 / 2), np.full(3, 1e308)),
+    (np.array([-1.0, -2.0, -1.0]), np.array([1.0, 2.0, 1.0])),
+    (np.full(3, -np.inf), np.full(3, np.inf)),
+    (np.full(3, 0.0), np.full(3, np.inf)),
+]
+
+
+@given(st.sampled_from(BOXES), st.integers(1, 4), st.data())
+def test_a_batch_is_accepted_at_once_exactly_when_every_value_is_inside(box, rows, data):
+    low, high = box
+    space = spaces.Box(low, high, dtype=np.float64)
+    values = data.draw(st.lists(VALUES, min_size=3 * rows, max_size=3 * rows))
+    actions = np.array(values, dtype=np.float64).reshape(rows, 3)
+    inside = bool(((actions >= low) & (actions <= high)).all())
+    assert BoxBatch(space).ok(actions) is inside
+
+
+def test_a_box_with_one_pair_of_finite_bounds_is_compared_by_min_and_max():
+    assert BoxBatch(spaces.Box(-1.0, 1.0, (6,), dtype=np.float64)).uniform == (-1.0, 1.0)
+    assert (
+        BoxBatch(spaces.Box(np.array([-1.0, -2.0]), np.array([1.0, 1.0]), dtype=np.float64)).uniform
+        is None
+    )
+    assert BoxBatch(spaces.Box(-np.inf, np.inf, (2,), dtype=np.float64)).uniform is None
+
+
+@given(st.lists(st.integers(-3, 6), max_size=8), st.integers(-2, 2), st.integers(1, 4))
+def test_a_discrete_batch_is_accepted_exactly_when_every_action_is_inside(rows, start, n):
+    space = spaces.Discrete(n, start=start)
+    got = DiscreteBatch(space).actions(np.array(rows, dtype=np.int64))
+    expected = rows if all(start <= a < start + n for a in rows) else None
+    assert got == expected
+
+
+@given(st.lists(VALUES, max_size=300))
+def test_all_finite_is_every_value_finite(values):
+    arr = np.array(values, dtype=np.float64)
+    assert all_finite(arr) is bool(np.isfinite(arr).all())
+    assert all_finite(np.array([1e308] * 4)) is True  # the sum overflows, every value is finite

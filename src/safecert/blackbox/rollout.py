@@ -426,8 +426,14 @@ def run_lockstep(
 
     if post is None or len(envs) <= size:
         every = range(len(envs))
-        while running := live(every):
-            yield from advance(running, step_calls(observations(running), size))
+        running = live(every)
+        while running:
+            ended = False  # the live rows change only when an episode ends
+            for done in advance(running, step_calls(observations(running), size)):
+                ended = True
+                yield done
+            if ended:
+                running = live(every)
         return
     # two halves of the copies (whole calls each), stepped in turn; ahead: one half's calls in
     # flight while the other half steps

@@ -105,16 +105,21 @@ def each_call(
     groups = call_groups(len(observations), size)
     if len(groups) == 1:  # one call (an in-process policy at lockstep 1): its reply as it is
         try:
-            return np.asarray(act(observations))
+            return _array(act(observations))
         except OracleFailure as exc:
             return [exc]
     out: list[CallResult] = []
     for rows in groups:
         try:
-            out.append(np.asarray(act(observations[rows.start : rows.stop])))
+            out.append(_array(act(observations[rows.start : rows.stop])))
         except OracleFailure as exc:
             out.append(exc)
     return stacked(out, groups)
+
+
+def _array(reply: Any) -> np.ndarray:
+    """``np.asarray(reply)``, without its call for a reply that is an ndarray already."""
+    return reply if type(reply) is np.ndarray else np.asarray(reply)
 
 
 def check_actions(raw: Any, n_rows: int) -> np.ndarray:
@@ -144,12 +149,20 @@ def check_actions(raw: Any, n_rows: int) -> np.ndarray:
     if kind != "f":
         return arr.astype(np.int64)
     arr = arr.astype(np.float64)  # our own copy: a vendor may reuse its reply buffer
-    finite = (  # small replies are checked as Python floats: cheaper than a numpy reduction
-        all(map(math.isfinite, arr.ravel().tolist())) if arr.size <= 256 else np.isfinite(arr).all()
-    )
-    if not finite:
+    if not all_finite(arr):
         raise OracleFailure("actions contain non-finite values (NaN or inf)")
     return arr
+
+
+def all_finite(arr: np.ndarray) -> bool:
+    """Whether every value of the float array ``arr`` is finite. Small arrays are checked as
+    Python floats (a few numpy calls cost more than the values): their sum is finite only when
+    every value is (a NaN or an infinity makes it NaN or infinite), and a sum that is not —
+    a non-finite value, or finite values whose sum overflows — is decided value by value."""
+    if arr.size > 256:
+        return bool(np.isfinite(arr).all())
+    values = arr.ravel().tolist()
+    return math.isfinite(sum(values)) or all(map(math.isfinite, values))
 
 
 def _rows(n_rows: int) -> str:
@@ -181,9 +194,7 @@ def encode_request(observations: np.ndarray) -> bytes:
     written in its shortest exact form, so the vendor reads back the same float64 values.
     ``ValueError`` for non-finite values (JSON has no NaN)."""
     obs = np.ascontiguousarray(observations, dtype=np.float64)
-    if not (
-        all(map(math.isfinite, obs.ravel().tolist())) if obs.size <= 256 else np.isfinite(obs).all()
-    ):
+    if not all_finite(obs):
         raise ValueError("observations contain non-finite values")
     return orjson.dumps({"observations": obs}, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -264,13 +275,13 @@ def json_call(send: Callable[[bytes], bytes], observations: np.ndarray) -> np.nd
     return decode_reply(send(body), len(obs))
 
 
-def timed_call(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Run an in-process ``call`` (an ONNX session, a torch module, an SB3 model); its exception
-    or a run longer than ``timeout_s`` is an :class:`OracleFailure`. In-process code cannot be
-    interrupted, so the timeout is checked after it returns."""
+def timed_call(call: Callable[..., Any], timeout_s: float, what: str, *args: Any) -> Any:
+    """Run an in-process ``call(*args)`` (an ONNX session, a torch module, an SB3 model); its
+    exception or a run longer than ``timeout_s`` is an :class:`OracleFailure`. In-process code
+    cannot be interrupted, so the timeout is checked after it returns."""
     start = time.perf_counter()
     try:
-        out = call()
+        out = call(*args)
     except OracleFailure:
         raise
     except Exception as exc:  # the model's own errors (shape or type mismatch inside it)

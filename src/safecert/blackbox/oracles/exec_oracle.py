@@ -14,8 +14,6 @@ the calls of a lockstep step in one round trip (:meth:`ExecOracle.act_calls`).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import orjson
 
@@ -24,6 +22,7 @@ from safecert.blackbox.oracles.base import (
     CallResult,
     OracleFailure,
     Reply,
+    all_finite,
     call_groups,
     decode_reply,
     each_call,
@@ -102,8 +101,8 @@ class ExecOracle:
         obs = np.ascontiguousarray(observations, dtype=np.float64)
         out: dict[int, CallResult] = {}
         sent = list(range(len(groups)))
-        if not _finite(obs):
-            sent = [k for k, rows in enumerate(groups) if _finite(obs[rows.start : rows.stop])]
+        if not all_finite(obs):
+            sent = [k for k, rows in enumerate(groups) if all_finite(obs[rows.start : rows.stop])]
             for k in set(range(len(groups))) - set(sent):
                 out[k] = OracleFailure("observations contain non-finite values")
             if not sent:
@@ -192,14 +191,6 @@ class ExecOracle:
         self.close()
 
 
-def _finite(obs: np.ndarray) -> bool:
-    return (
-        all(map(math.isfinite, obs.ravel().tolist()))
-        if obs.size <= 256
-        else bool(np.isfinite(obs).all())
-    )
-
-
 def _call_replies(doc: object, n_calls: int) -> list:
     """The per-call replies of a ``"calls"`` reply; :class:`OracleFailure` when it has none."""
     calls = doc.get("calls") if isinstance(doc, dict) else None
@@ -244,6 +235,6 @@ def _same_rows(replies: list, sizes: list[int]) -> np.ndarray | None:
         arr = np.array(rows, dtype=dtype)
     except (ValueError, OverflowError):  # ragged rows, an integer beyond 64 bits
         return None
-    if dtype is np.float64 and not _finite(arr):
+    if dtype is np.float64 and not all_finite(arr):
         return None
     return arr

@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 
 from safecert.blackbox.oracles import OracleSpec
-from safecert.blackbox.oracles.base import OracleFailure, check_actions, health_check
+from safecert.blackbox.oracles.base import (
+    CallResult,
+    OracleFailure,
+    check_actions,
+    each_call,
+    health_check,
+)
 from safecert.errors import OracleError
 from safecert.usercode import import_from
 
@@ -44,8 +50,17 @@ class PythonOracle:
             health_check(self, observations, "policy")
 
     def act(self, observations: np.ndarray) -> np.ndarray:
+        return self._call(np.asarray(observations, dtype=np.float64))
+
+    def act_calls(self, observations: np.ndarray, size: int) -> np.ndarray | list[CallResult]:
+        """A lockstep step's calls (:data:`~safecert.blackbox.oracles.base.Calls`): the
+        function once per ``size`` rows, in order, each checked and timed alone as :meth:`act`
+        does; the step's rows are converted to float64 once."""
+        return each_call(self._call, np.asarray(observations, dtype=np.float64), size)
+
+    def _call(self, obs: np.ndarray) -> np.ndarray:
+        """One call on float64 rows, its reply checked by :func:`check_actions`."""
         fn = self._fn if self._fn is not None else self._function()
-        obs = np.asarray(observations, dtype=np.float64)
         start = time.perf_counter()
         try:
             if self.spec.batched:

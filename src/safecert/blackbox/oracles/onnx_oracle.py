@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class OnnxOracle:
                 self._load()
             except OracleError as exc:
                 raise OracleFailure(str(exc)) from None
-            run = self._run
+            run = cast(Run, self._run)  # set by _load
         if self._flatten and obs.ndim != 2:
             obs = obs.reshape(len(obs), -1)
         outputs = timed_call(

@@ -27,7 +27,8 @@ app = typer.Typer(
 
 BENCHMARK_NAMES = (
     "lds|lds_all|pend|pend_all|car|car_all (lds_x04|lds_all_x04: X0 = 0.4), "
-    "lane (3-D lane keeping), cartpole (4-D cart-pole), lane4 (4-D lane keeping, steering lag)"
+    "lane (3-D lane keeping), cartpole (4-D cart-pole), lane4 (4-D lane keeping, steering lag), "
+    "reactor (4-D cooled reactor, valve lag)"
 )
 
 

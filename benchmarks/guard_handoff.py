@@ -5,7 +5,8 @@ one process: ``call_with_deadline`` from a thread (``guarded``, the sandbox's gu
 thread (``wait_on_loop(LOOP_WAIT_S)``) and without it (the HTTP gateway: the answer comes back
 through the loop's self-pipe). ``--build NAME=SRC`` loads ``deadline.py`` of another source tree
 (a directory, e.g. ``old=/tmp/old/src``, or a git revision, e.g. ``old=9fb03c3``) beside this
-one's (``new``);
+one's (``new``), and ``call_with_deadline`` from a caller moved to the other of two CPUs before
+every call (the worst case of a caller that moves: the sandbox's φ on an idle box);
 its own ``LOOP_WAIT_S`` is used. Each repeat times every route of every build in an order that
 rotates from repeat to repeat; figures are the median [min–max] over repeats of each route's p50
 and p99, and its CPU time per hand-off (the process's, both threads).
@@ -59,6 +60,26 @@ def _timed(calls: int, once: Any) -> dict[str, float]:
     return _summary(ns, time.process_time_ns() - cpu0)
 
 
+def _moving(module: ModuleType, calls: int) -> dict[str, float]:
+    """``call_with_deadline`` from a caller moved to the other of two CPUs before every call
+    (``sched_setaffinity`` of the caller, not timed): the worst case of a caller that moves."""
+    allowed = os.sched_getaffinity(0)
+    cpus = sorted(allowed)[:2]
+    ns = np.empty(calls, dtype=np.int64)
+    clock = time.perf_counter_ns
+    cpu_ns = 0
+    try:
+        for i in range(calls):
+            os.sched_setaffinity(0, {cpus[i % len(cpus)]})
+            c0, t0 = time.process_time_ns(), clock()
+            module.call_with_deadline(_phi, ([],), 2.0)
+            ns[i] = clock() - t0
+            cpu_ns += time.process_time_ns() - c0
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return _summary(ns, cpu_ns)
+
+
 def _summary(ns: np.ndarray, cpu_ns: int) -> dict[str, float]:
     """Percentiles of the per-call times ``ns`` and the CPU per call, in µs."""
     us = ns / 1000.0
@@ -93,6 +114,8 @@ def measure(calls: int, repeats: int, builds: dict[str, ModuleType]) -> dict[str
         )
         routes[f"awaited, loop wait [{name}]"] = lambda m=module: _awaited(m, calls, True)
         routes[f"awaited, via the loop [{name}]"] = lambda m=module: _awaited(m, calls, False)
+        if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+            routes[f"caller moved every call [{name}]"] = lambda m=module: _moving(m, calls)
     names = list(routes)
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     loads = []

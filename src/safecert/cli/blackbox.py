@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from safecert import procs
+from safecert.cli.collector import importing
 from safecert.cli.output import (
     EventsOpt,
     JunitOpt,
@@ -194,10 +196,14 @@ def certify(
     if replay is not None:
         _replay(config, out, *_parse_replay(replay), json_out)
         return
-    with procs.reaping(), _policy_started_early(config, sequential) as started:
-        from safecert.blackbox.progress import ProgressBar
+    with procs.reaping(), ExitStack() as stack:
+        with importing():  # the start-up, the policy worker's included (safecert.cli.collector)
+            started = stack.enter_context(_policy_started_early(config, sequential))
+            for module in ("safecert.blackbox.certify", "safecert.report"):  # used by _run
+                importlib.import_module(module)
+            from safecert.blackbox.progress import ProgressBar
 
-        runner = _backend(backend, address, workers)
+            runner = _backend(backend, address, workers)
         with (
             command_events(events, ProgressBar, quiet=json_out) as progress,
             as_flags("out", "resume", "address"),

@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from safecert import __version__
+from safecert.cli.collector import command_process
 from safecert.errors import SafecertError
 from safecert.extras import COMMANDS, missing_extra, require_command
 
@@ -198,7 +199,14 @@ def _requiring(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; map errors to exit codes (see module docstring)."""
+    """Run the command; map errors to exit codes (see module docstring). Without ``argv`` the
+    command line is this process's own, which ends with it: the garbage collector is then set
+    for a short process (:mod:`safecert.cli.collector`)."""
+    with command_process(argv is None):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     command = typer.main.get_command(app)
     try:
         rv = command.main(args=argv, prog_name="safecert", standalone_mode=False)

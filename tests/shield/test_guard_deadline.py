@@ -186,3 +186,30 @@ def test_a_caller_that_moves_takes_the_worker_kept_on_its_new_cpu_and_none_is_mo
     ]  # fmt: skip
     assert seen[1][2] != seen[0][2] and seen[2][2] == seen[0][2]
     assert kept == [{a}, {a}, {a}]  # the first worker never left its CPU
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or not hasattr(os, "sched_setaffinity"), reason="fork, CPU affinity"
+)
+def test_a_forked_child_gets_answers_from_workers_of_its_own():
+    """The pooled workers' threads are not copied into a child made by ``fork()``: its first call
+    is answered by a worker of its own instead of being handed to one that will never run (and
+    failing closed at its deadline)."""
+    outcome: list[int] = []
+
+    def parent() -> None:  # one CPU, so that the child's call looks in the pool just filled
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        call_with_deadline(_where, (), 5.0)  # a worker pooled for that CPU
+        pid = os.fork()
+        if pid == 0:  # the child: only this thread was copied
+            try:
+                ok = call_with_deadline(lambda: "answer", (), 2.0) == "answer"
+            except BaseException:
+                ok = False
+            os._exit(0 if ok else 1)
+        outcome.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+    thread = threading.Thread(target=parent)
+    thread.start()
+    thread.join(30.0)
+    assert outcome == [0]

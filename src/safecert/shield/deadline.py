@@ -177,6 +177,18 @@ _idle: dict[int | None, list[_Worker]] = {None: []}
 _getcpu: list[Callable[[], int] | None] = []  # [_cpu_lookup()], resolved on first use
 
 
+def _forget_workers() -> None:
+    """In a child process after ``fork()``: the pooled workers' threads were not copied into it,
+    so they are dropped (a job handed to one would never run and its call would fail closed at
+    its deadline); the child starts its own workers as it needs them."""
+    _idle.clear()
+    _idle[None] = []
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers)
+
+
 def _submit(fn: Callable[..., Any], args: tuple[Any, ...], waited: bool) -> _Worker:
     """Start ``fn(*args)`` on an idle worker (a new one if none is idle). ``waited``: the caller
     blocks until the answer, so the worker is one kept on the caller's CPU (:func:`_caller_cpu`)."""

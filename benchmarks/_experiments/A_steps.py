@@ -1,7 +1,7 @@
 """Experiment (helper A, issue 28.2): one rollout loop, for instruction counts under Valgrind.
 
     valgrind --tool=callgrind --dump-before=getppid --callgrind-out-file=OUT \
-        python A_steps.py TASK EPISODES MODE [WARM]
+        python A_steps.py TASK EPISODES MODE [WARM [K]]
 
 MODE: hand | in-process | isolated | isolated-post (the rollout loop of rollout_overhead.py;
 isolated-post: a step's calls posted per half of the copies, the policy worker on a CPU of its
@@ -9,7 +9,8 @@ own, as a lone run has it; isolated runs colocated). The loop first runs WARM ep
 2: imports, first calls, caches), then calls ``os.getppid()`` before and after EPISODES more on
 the same environment copies and oracle: with ``--dump-before=getppid`` Valgrind writes the
 instructions of the measured episodes alone to ``OUT.2``; per step = that count / the steps
-printed (no start-up in it, so no difference of two runs is needed)."""
+printed (no start-up in it, so no difference of two runs is needed). K: the run config's
+``lockstep`` (default: the run's own default for the policy)."""
 
 from __future__ import annotations
 
@@ -55,12 +56,20 @@ def hand(task: str, episodes: int, warm: int) -> int:
 def main() -> None:
     task, episodes, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     warm = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+    k_set = int(sys.argv[5]) if len(sys.argv) > 5 else None
     if mode == "hand":
         print(hand(task, episodes, warm))
         return
     spec = ro.TASKS[task]
     config = RunConfig.model_validate(
-        {**spec, "episodes": warm + episodes, "seed": 0, "workers": 1, "batch_size": 1}
+        {
+            **spec,
+            "episodes": warm + episodes,
+            "seed": 0,
+            "workers": 1,
+            "batch_size": 1,
+            "lockstep": k_set,
+        }
     )
     trust = "in-process" if mode == "in-process" else "isolated"
     oracle_spec = parse_oracle_spec(config.policy, base_dir=ro.REPO / "examples", trust=trust)

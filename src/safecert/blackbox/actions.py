@@ -92,11 +92,8 @@ class BoxBatch:
     float64, of ``space.shape`` and inside the bounds, compared in float64 (NaN is never inside).
     Then no row needs :func:`to_action`; otherwise :func:`to_action` judges each row. Small
     batches are compared as Python floats (a few numpy calls cost more than the comparisons):
-    in a box whose every dimension has the same finite bounds ``[lo, hi]``, ``lo <= min`` and
-    ``max <= hi`` of the values whose sum is not NaN (a sum of finite values never is, and a NaN
-    value makes it NaN: ``min`` and ``max`` skip a NaN depending on where it stands); in any
-    other box, ``low <= value`` and ``value <= high`` for every value, against the bounds
-    repeated once per row (kept per batch length)."""
+    ``low <= value`` and ``value <= high`` for every value, against the bounds repeated once per
+    row (kept per batch length)."""
 
     SMALL = 256  # values per batch up to which Python compares faster than numpy
 
@@ -106,11 +103,6 @@ class BoxBatch:
         self.low = np.asarray(space.low, dtype=np.float64)
         self.high = np.asarray(space.high, dtype=np.float64)
         self._bounds: dict[int, tuple[list[float], list[float]]] = {}
-        lows, highs = set(self.low.ravel().tolist()), set(self.high.ravel().tolist())
-        #: ``(lo, hi)`` when every dimension has these same finite bounds, else None
-        self.uniform: tuple[float, float] | None = None
-        if len(lows) == 1 and len(highs) == 1 and np.isfinite([*lows, *highs]).all():
-            self.uniform = (lows.pop(), highs.pop())
 
     def _repeated(self, rows: int) -> tuple[list[float], list[float]]:
         bounds = self._bounds.get(rows)
@@ -124,14 +116,10 @@ class BoxBatch:
     def ok(self, actions: np.ndarray) -> bool:
         if actions.dtype != self.dtype or actions.shape[1:] != self.shape:
             return False
-        if actions.size > self.SMALL or not actions.size:
+        if actions.size > self.SMALL:
             return bool((actions >= self.low).all()) and bool((actions <= self.high).all())
-        values = actions.ravel().tolist()
-        if self.uniform is not None:
-            lo, hi = self.uniform
-            total = sum(values)
-            return total == total and lo <= min(values) and max(values) <= hi
         lows, highs = self._repeated(len(actions))
+        values = actions.ravel().tolist()
         return all(map(_le, lows, values)) and all(map(_le, values, highs))
 
 
@@ -150,6 +138,8 @@ class DiscreteBatch:
         if batch.dtype.kind not in "iu" or batch.ndim > 2 or batch.size != len(batch):
             return None
         rows = batch.ravel().tolist()
-        if rows and not (self.low <= min(rows) and max(rows) < self.high):
-            return None
+        low, high = self.low, self.high
+        for value in rows:
+            if not low <= value < high:
+                return None
         return rows

@@ -192,7 +192,8 @@ def check_config_file(cert: BnnCertificate, evidence: Evidence, report: Verifica
     claimed = cert.parameters
     for key in COMMAND_LINE_KEYS:  # set by an option: the file does not decide it
         *parents, leaf = key.split(".")
-        src, given = source, claimed
+        src: Any = source
+        given: Any = claimed
         for part in parents:
             src, given = src.get(part), given.get(part) if isinstance(given, dict) else None
         if isinstance(src, dict) and isinstance(given, dict) and leaf in given:

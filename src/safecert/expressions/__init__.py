@@ -156,8 +156,10 @@ def _read(tokens: list[str], names: frozenset[str]) -> Read | None:
 #: numpy 2's error-state context variable and the state ``numpy.errstate(over="raise",
 #: invalid="raise", divide="raise", under="ignore")`` sets (numpy internals; numpy is pinned < 3,
 #: and tests/blackbox/test_step_cost.py checks the switch against ``numpy.errstate`` itself)
-_ERRSTATE = _ufunc_config._extobj_contextvar
-_RAISING = _ufunc_config._make_extobj(over="raise", invalid="raise", divide="raise", under="ignore")
+_ERRSTATE = _ufunc_config._extobj_contextvar  # type: ignore[attr-defined]  # not in numpy's stubs
+_RAISING = _ufunc_config._make_extobj(  # type: ignore[attr-defined]
+    over="raise", invalid="raise", divide="raise", under="ignore"
+)
 
 
 def parse(

@@ -54,6 +54,11 @@ class RunPlan:
         return self.family.stage1
 
     @property
+    def has_workers(self) -> bool:
+        """:func:`has_workers` of this run."""
+        return has_workers(self.config, self.oracle)
+
+    @property
     def needs_obs_ranges(self) -> bool:
         return any(c.get("obs_noise", 0.0) > 0 for c in self.cells)
 
@@ -64,6 +69,16 @@ class RunPlan:
         for cell in order:
             jobs.extend(make_jobs(self.config.seed, cell, self.config.episodes, done))
         return jobs
+
+
+def has_workers(config: RunConfig, oracle: OracleSpec) -> bool:
+    """True when a rollout of this run meets worker processes of safecert's own: a policy worker
+    (``oracle.in_worker``) or an environment worker (an untrusted ``python:`` environment). Such
+    a rollout takes strict turns with them, so it runs on one CPU with them
+    (:func:`safecert.isolation.colocated`); one with nothing to meet is never pinned."""
+    from safecert.envs import in_worker
+
+    return oracle.in_worker or in_worker(config.env, trusted=config.trust == "in-process")
 
 
 def oracle_spec(config: RunConfig, base_dir: Path) -> OracleSpec:

@@ -13,6 +13,7 @@ observation ranges it fixes (called by :func:`safecert.blackbox.certify.make_con
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,19 @@ PREFLIGHT_CELL = 2**31 - 2
 
 def check_policy_and_spec(plan: RunPlan, oracle: Oracle) -> None:
     """The health check (reply type and shape on a real observation) and the spec check (one
-    strict nominal episode); see the module docstring."""
+    strict nominal episode); see the module docstring.
+
+    A policy or environment that runs in a worker process takes strict turns with this thread,
+    one round trip a step, as in the run's episodes: so, like them, the check runs on one CPU
+    with its workers (:func:`safecert.isolation.colocated`; a round trip between two CPUs costs
+    several times one on a CPU). Execution only: what is checked and its outcome do not change."""
+    from safecert.isolation import colocated
+
+    with colocated() if plan.has_workers else nullcontext():
+        _check(plan, oracle)
+
+
+def _check(plan: RunPlan, oracle: Oracle) -> None:
     from safecert.blackbox.jobs import episode_seed
     from safecert.blackbox.rollout import SpecFailure, action_mismatch, make_base_env, run_lockstep
 

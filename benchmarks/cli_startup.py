@@ -16,8 +16,10 @@ it. Tasks:
 - ``point``: SafePointGoal-v0, scripted ``point_policies:hazard_avoider``;
 - ``cheetah``: MuJoCo SafeHalfCheetahVelocity-v0, ONNX policy (≈ 40 µs a step).
 
-``--trust`` applies to the ``python:`` policies (cartpole, point): ``isolated`` (the default of a
-run config: the policy in a worker process) and/or ``in-process``.
+``--trust`` applies to every task's policy (the ``python:`` ones and the ONNX model): ``isolated``
+(the default of a run config: the policy in a worker process) and/or ``in-process``; each is a row
+of its own (an older ``--before`` tree runs the ONNX model in process whatever the row says when
+its default was to).
 
     .venv/bin/python benchmarks/cli_startup.py --repeat 5 --episodes 1,300 --tasks cartpole,cheetah
 
@@ -190,7 +192,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--episodes", default="1,300", help="comma-separated episode counts")
     parser.add_argument("--tasks", default="cartpole,cheetah", help="cartpole, point, cheetah")
-    parser.add_argument("--trust", default="isolated,in-process", help="for python: policies")
+    parser.add_argument("--trust", default="isolated,in-process", help="isolated, in-process")
     parser.add_argument("--batch", default="1", help="comma-separated batch_size values")
     parser.add_argument("--skip-startup", action="store_true", help="no --help / bound rows")
     parser.add_argument("--before", type=Path, help="an older src folder, run in the same repeats")
@@ -221,7 +223,7 @@ def main() -> None:
         hand = tmp / f"hand_{task}.py"
         if task == "cheetah":
             hand.write_text(HAND_ONNX.format(model=model))
-            policies = [(f"onnx:{model}", "", "onnx")]
+            policies = [(f"onnx:{model}", f'trust = "{t}"', t) for t in args.trust.split(",")]
         else:
             kwargs = "".join(f", {k}={v!r}" for k, v in spec["kwargs"].items())
             text = HAND_PYTHON.format(examples=str(tmp), make_kwargs=kwargs, **spec)

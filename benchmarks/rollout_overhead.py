@@ -1,15 +1,15 @@
 """Per-step cost of certify's rollout loop: ``run_lockstep`` with the real oracle (reply checks,
 action-space check, spec cost) beside a hand-written Gymnasium loop on the same task, policy and
 seeds, in this one process — no start-up, no store, no report. Best (minimum) of ``--repeat``
-interleaved runs, so load changes hit both sides. ``--trust`` sets how a ``python:`` policy runs
-(``in-process``, or ``isolated``: in a policy worker process, one pipe round trip per step, with
-the rollout and the worker on one CPU as certify's pool workers run them; or ``lone``: isolated as
-the only worker of a run runs it, the policy worker on a CPU of its own when one is free,
-answering one half of the copies while the rollout steps the other half, K = 32; the halves in
-turn on one CPU without a CPU free). ``--lockstep`` K: the
-rollout steps K × batch episodes together, one policy call per ``batch`` rows, a step's calls in
-one round trip to a policy worker (``lockstep`` of the run config; 0 = its default: 16 for a
-policy worker, 32 for ``lone``, 1 otherwise).
+interleaved runs, so load changes hit both sides. ``--trust`` sets how the policy (a ``python:``
+policy or the ONNX model) runs: ``in-process``, or ``isolated``: in a policy worker process, one
+pipe round trip per step, with the rollout and the worker on one CPU as certify's pool workers
+run them; or ``lone``: isolated as the only worker of a run runs it, the policy worker on a CPU
+of its own when one is free, answering one half of the copies while the rollout steps the other
+half; the halves in turn on one CPU without a CPU free. ``--lockstep`` K: the rollout steps
+K × batch episodes together, one policy call per ``batch`` rows, a step's calls in one round
+trip to a policy worker (``lockstep`` of the run config; 0 = its default: 16 for a policy
+worker, 64 for ``lone`` with a ``python:`` policy and 16 with an ONNX model, 1 otherwise).
 
     .venv/bin/python benchmarks/rollout_overhead.py --episodes 60 --repeat 7 --batch 1,8
     .venv/bin/python benchmarks/rollout_overhead.py --tasks cartpole --trust in-process,isolated

@@ -1,4 +1,7 @@
-"""onnx: oracle on real ONNX files: a fresh torch export and the bundled vendor policies."""
+"""onnx: oracle on real ONNX files: a fresh torch export and the bundled vendor policies.
+
+These test the oracle class itself, so they run it in process (``trust = "in-process"``); the
+policy worker that runs it by default is tests/blackbox/test_onnx_worker.py's."""
 
 from __future__ import annotations
 
@@ -45,7 +48,11 @@ def exported(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
 
 def test_round_trip_matches_torch(exported):
     net, path = exported
-    spec = pickle.loads(pickle.dumps(parse_oracle_spec(f"onnx:{path.name}", base_dir=path.parent)))
+    spec = pickle.loads(
+        pickle.dumps(
+            parse_oracle_spec(f"onnx:{path.name}", base_dir=path.parent, trust="in-process")
+        )
+    )
     oracle = make_oracle(spec)
     oracle.probe()
     obs = np.random.default_rng(0).normal(size=(64, 5))
@@ -65,12 +72,14 @@ def test_bundled_vendor_policies_match_their_torch_weights(name):
     obs = np.random.default_rng(1).normal(size=(32, 17))
     with torch.no_grad():
         expected = net(torch.as_tensor(obs, dtype=torch.float32)).numpy()
-    oracle = make_oracle(parse_oracle_spec(f"onnx:{path}", base_dir=VENDORS))
+    oracle = make_oracle(parse_oracle_spec(f"onnx:{path}", base_dir=VENDORS, trust="in-process"))
     np.testing.assert_allclose(oracle.act(obs), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_wrong_input_width_is_a_failure(exported):
-    oracle = make_oracle(parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent))
+    oracle = make_oracle(
+        parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent, trust="in-process")
+    )
     with pytest.raises(OracleFailure, match="onnxruntime"):
         oracle.act(np.zeros((2, 4)))
 
@@ -78,7 +87,9 @@ def test_wrong_input_width_is_a_failure(exported):
 def test_corrupt_model_fails_the_probe(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     with pytest.raises(OracleError, match="^policy: cannot load ONNX model"):
-        make_oracle(parse_oracle_spec("onnx:bad.onnx", base_dir=tmp_path)).probe()
+        make_oracle(
+            parse_oracle_spec("onnx:bad.onnx", base_dir=tmp_path, trust="in-process")
+        ).probe()
 
 
 class _TwoInputs(torch.nn.Module):
@@ -97,7 +108,7 @@ def test_the_session_runs_below_its_wrapper_with_the_same_outputs_and_errors(exp
     """``session_run``: the compiled session's ``run`` for a one-input model on the CPU
     provider, ``InferenceSession.run`` otherwise; the same actions and the same failure
     reasons as the wrapper gives, for good rows and rows of the wrong width."""
-    spec = parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent)
+    spec = parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent, trust="in-process")
     below, wrapped = make_oracle(spec), make_oracle(spec)
     below.probe()
     wrapped.probe()
@@ -113,8 +124,10 @@ def test_the_session_runs_below_its_wrapper_with_the_same_outputs_and_errors(exp
         reasons.append(failure.value.reason)
     assert reasons[0] == reasons[1]
     two = export_two(tmp_path / "two.onnx")
-    two_inputs = make_oracle(parse_oracle_spec(f"onnx:{two}", base_dir=tmp_path))
-    two_inputs._load()
+    two_inputs = make_oracle(
+        parse_oracle_spec(f"onnx:{two}", base_dir=tmp_path, trust="in-process")
+    )
+    two_inputs.load()
     assert two_inputs._run == two_inputs._session.run  # the wrapper names the missing input
     with pytest.raises(OracleFailure, match="Required inputs"):
         two_inputs.act(np.zeros((1, 3)))
@@ -134,7 +147,9 @@ def test_a_steps_calls_are_each_call_of_act(exported, rows, size):
     from safecert.blackbox.oracles import lockstep_calls
     from safecert.blackbox.oracles.base import each_call
 
-    oracle = make_oracle(parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent))
+    oracle = make_oracle(
+        parse_oracle_spec(f"onnx:{exported[1]}", base_dir=exported[1].parent, trust="in-process")
+    )
     calls = lockstep_calls(oracle)
     assert calls == oracle.act_calls
     obs = np.random.default_rng(rows * 10 + size).normal(size=(rows, 5))

@@ -66,7 +66,13 @@ LOCKSTEP_DEFAULT = 16
 #: a CPU of its own while the rollout steps the other half: a half of 32 rows (≈ 500 µs of
 #: CartPole steps) covers the worker's wake-up on another CPU (75–80 µs a round trip on a 2-vCPU
 #: virtual machine) and its 32 calls with room to spare (whole SafeCartPole runs, same run:
-#: K = 64 1.08× the hand loop, K = 32 1.29×; benchmarks/RESULTS_speed.md, round 6)
+#: K = 64 1.08× the hand loop, K = 32 1.29×; benchmarks/RESULTS_speed.md, round 6). An ONNX
+#: model's policy worker keeps :data:`LOCKSTEP_DEFAULT` when alone: such a model usually drives a
+#: physics simulator, whose copies are costly to build (SafeHalfCheetahVelocity: 8 ms each, so 64
+#: copies are 0.5 s of a 5-second run) and whose steps are slow enough (≈ 80 µs) that a half of 8
+#: rows covers the worker's wake-up on another CPU and its 8 calls (the rollout's instructions a
+#: step, K = 8: 409k, 16: 399k, 32: 393k, 64: 391k, the hand loop's 411k; RESULTS_speed.md,
+#: round 8)
 LOCKSTEP_APART = 64
 
 
@@ -78,14 +84,15 @@ def lockstep(ctx: RunContext, *, alone: bool = False) -> int:
     call itself, so K copies of the environment would buy little, and a sequential run's
     episodes in flight are those it may run past a decision (none with one worker and
     ``batch_size = 1``). ``alone``: the run's only worker, whose policy worker gets
-    :data:`LOCKSTEP_APART`. Never changes an outcome: each row is its own oracle call either
-    way."""
+    :data:`LOCKSTEP_APART` (an ONNX model's: :data:`LOCKSTEP_DEFAULT`). Never changes an
+    outcome: each row is its own oracle call either way."""
     if ctx.config.lockstep is not None:
         return ctx.config.lockstep
     cheap_steps = ctx.oracle.in_worker or ctx.oracle.kind == "python"
     if not cheap_steps or ctx.sequential:
         return 1
-    return LOCKSTEP_APART if alone and ctx.oracle.in_worker else LOCKSTEP_DEFAULT
+    apart = alone and ctx.oracle.in_worker and ctx.oracle.kind != "onnx"
+    return LOCKSTEP_APART if apart else LOCKSTEP_DEFAULT
 
 
 def episodes_per_worker(ctx: RunContext, *, alone: bool = False) -> int:

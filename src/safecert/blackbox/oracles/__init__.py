@@ -9,7 +9,8 @@ A policy is named by one string (docs/architecture.md, "Policy oracles"):
   stdin/stdout; restarted after a crash (:mod:`.exec_oracle`).
 - ``http://host:port/path`` / ``https://...`` — ``POST`` of a JSON batch, retries with backoff
   (:mod:`.http_oracle`).
-- ``onnx:path/model.onnx`` — an onnxruntime session on float32 batches (:mod:`.onnx_oracle`).
+- ``onnx:path/model.onnx`` — an onnxruntime session on float32 batches (:mod:`.onnx_oracle`),
+  in a policy worker (onnxruntime parsing a vendor's model bytes is C++ we did not write).
 - ``sb3:path/model.zip`` — a Stable-Baselines3 PPO/A2C/SAC/TD3/DQN model, algorithm read from the
   file, deterministic ``predict`` row by row (:mod:`.sb3_oracle`; the ``sb3`` extra), in a policy
   worker (unpickling the zip runs code).
@@ -18,10 +19,10 @@ A policy is named by one string (docs/architecture.md, "Policy oracles"):
 
 Model files (ONNX, SB3, TorchScript) are the policy's artifacts, hashed into the certificate.
 
-Trust (``trust`` in the run config): ``"isolated"`` (the default) runs ``python:``, ``sb3:`` and
-``torchscript:`` policies in a policy worker that speaks the ``exec:`` protocol; ``"in-process"``
-— for users who own the policy's code — loads them into the rollout worker itself. ONNX models
-are data run by onnxruntime, and ``exec:`` and HTTP policies are other processes already.
+Trust (``trust`` in the run config): ``"isolated"`` (the default) runs ``python:``, ``onnx:``,
+``sb3:`` and ``torchscript:`` policies in a policy worker that speaks the ``exec:`` protocol;
+``"in-process"`` — for users who own the policy's code and model files — loads them into the
+rollout worker itself. ``exec:`` and HTTP policies are other processes already.
 
 :func:`parse_oracle_spec` checks the string up front (one :class:`ConfigError` line, field
 ``policy``) and returns a frozen, picklable :class:`OracleSpec`; :func:`make_oracle` builds the
@@ -77,9 +78,10 @@ __all__ = [
 
 OracleKind = Literal["python", "exec", "http", "onnx", "sb3", "torchscript"]
 Trust = Literal["isolated", "in-process"]
-#: kinds whose loading runs code we did not write: a policy worker runs them unless trusted
-_WORKER_KINDS = ("python", "sb3", "torchscript")
-#: schemes whose target is one model file, run in-process: scheme → what the file is
+#: kinds whose loading runs code we did not write (the vendor's module, an unpickled zip, a
+#: TorchScript or ONNX parser fed the vendor's bytes): a policy worker runs them unless trusted
+_WORKER_KINDS = ("python", "onnx", "sb3", "torchscript")
+#: schemes whose target is one model file: scheme → what the file is
 _MODEL_FILES = {
     "onnx": "ONNX model",
     "sb3": "Stable-Baselines3 model",
@@ -95,7 +97,7 @@ class OracleSpec:
     """Everything needed to build an oracle in another process (frozen, picklable).
 
     ``target`` is ``module:attr`` (python), the URL (http) or the absolute model path (onnx);
-    ``argv`` is the resolved command line (exec), or the policy worker's (python, sb3,
+    ``argv`` is the resolved command line (exec), or the policy worker's (python, onnx, sb3,
     torchscript with ``trust = "isolated"``; empty when trusted in-process). ``headers`` keep their ``${VAR}`` references
     unexpanded (secrets are not copied into certificates); they are expanded when the oracle is
     built. ``artifacts`` are the files that identify the policy (model, program, module source), for
@@ -232,8 +234,8 @@ def _with_worker(spec: OracleSpec) -> OracleSpec:
 def make_oracle(spec: OracleSpec) -> Oracle:
     """Build the oracle described by ``spec`` (heavy libraries are imported here, lazily).
 
-    ``python:``, ``sb3:`` and ``torchscript:`` policies get a policy worker (a supervised child
-    speaking the ``exec:`` protocol) unless ``spec.trust`` is ``"in-process"``."""
+    ``python:``, ``onnx:``, ``sb3:`` and ``torchscript:`` policies get a policy worker (a
+    supervised child speaking the ``exec:`` protocol) unless ``spec.trust`` is ``"in-process"``."""
     if spec.in_worker:
         from safecert.blackbox.oracles.exec_oracle import ExecOracle
 

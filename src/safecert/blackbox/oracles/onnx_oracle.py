@@ -41,7 +41,9 @@ class OnnxOracle:
         self._run: Run | None = None
         self._flatten = False  # the model's input has rank 2: flatten each observation
 
-    def _load(self) -> Any:
+    def load(self) -> Any:
+        """Open the session (once): :class:`OracleError` on ``policy`` for a file onnxruntime
+        cannot load. Nothing runs the model here."""
         if self._session is None:
             import onnxruntime as ort
 
@@ -81,10 +83,10 @@ class OnnxOracle:
         run = self._run
         if run is None:
             try:
-                self._load()
+                self.load()
             except OracleError as exc:
                 raise OracleFailure(str(exc)) from None
-            run = cast(Run, self._run)  # set by _load
+            run = cast(Run, self._run)  # set by load
         if self._flatten and obs.ndim != 2:
             obs = obs.reshape(len(obs), -1)
         outputs = timed_call(
@@ -94,7 +96,7 @@ class OnnxOracle:
 
     def probe(self, observations: np.ndarray | None = None) -> None:
         """Load the model and run it on ``observations`` (or one zero row when its shape is known)."""
-        self._load()
+        self.load()
         if observations is None:
             dims = self._input.shape[1:]
             if not all(isinstance(d, int) for d in dims):

@@ -1,13 +1,14 @@
-"""The policy worker: runs a ``python:``, ``sb3:`` or ``torchscript:`` policy in a child process.
+"""The policy worker: runs a ``python:``, ``onnx:``, ``sb3:`` or ``torchscript:`` policy in a child
+process.
 
 Started by :func:`safecert.blackbox.oracles.make_oracle` (through
 :class:`safecert.blackbox.oracles.exec_oracle.ExecOracle`, under the vendor supervisor) as
 
     python -I -B -m safecert.blackbox.oracles.worker KIND TARGET BASE_DIR BATCHED [gated]
 
-it loads the policy once (importing the module with ``BASE_DIR`` first on ``sys.path``, unpickling
-the SB3 zip, loading the TorchScript module) and then speaks the ``exec:`` protocol on
-stdin/stdout, after one ``{"ready":true}`` line once loaded. ``gated``: the policy is loaded when
+it loads the policy once (importing the module with ``BASE_DIR`` first on ``sys.path``, opening
+the ONNX model in onnxruntime, unpickling the SB3 zip, loading the TorchScript module) and then
+speaks the ``exec:`` protocol on stdin/stdout, after one ``{"ready":true}`` line once loaded. ``gated``: the policy is loaded when
 the first request arrives, not at start-up, so a worker started ahead of a run (while safecert
 imports and hashes the run's inputs) runs none of the policy's code before it has been hashed; the
 ready line then comes before the first reply (what :class:`safecert.isolation.Channel` reads).
@@ -23,11 +24,20 @@ a vendor can only make this stricter for itself). A policy that cannot be loaded
 stdout carries replies only.
 
 This is the trust boundary (docs/threat-model.md): whatever the policy's code does — patch
-safecert, read or write files, fork — happens in this process, which only ever sends data back.
+safecert, read or write files, fork, or a crafted model file exploiting onnxruntime's parser —
+happens in this process, which only ever sends data back.
+
+The replies carry exactly what the policy's oracle gives in process: the observations arrive as
+the float64 values the rollout holds (JSON written in shortest round-trip form), each call goes
+through the same oracle class on the same rows (an ONNX model casts them to float32 here, as it
+does in process), and the checked actions (int64, or float64: an ONNX model's float32 outputs
+widened exactly) are written back in shortest round-trip form, so the rollout reads the same
+values bit for bit (tests/blackbox/test_onnx_worker.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -55,6 +65,14 @@ def _oracle(kind: str, target: str, base_dir: str, batched: bool):  # type: igno
         from safecert.blackbox.oracles.python_oracle import PythonOracle
 
         return PythonOracle(spec)
+    if kind == "onnx":
+        from safecert.blackbox.oracles.onnx_oracle import OnnxOracle
+
+        # the library, not the vendor's model: imported before the first request, while the
+        # run that started this worker is still starting up (the model is read at that request)
+        with contextlib.suppress(ImportError):  # then the load fails, naming it
+            import onnxruntime  # noqa: F401
+        return OnnxOracle(spec)
     if kind == "sb3":
         from safecert.blackbox.oracles.sb3_oracle import Sb3Oracle
 
@@ -79,7 +97,12 @@ def main(argv: list[str]) -> int:
     if gated and not first:  # end of input before any request: nothing to load
         return 0
     try:
-        oracle.probe()
+        # load only, for a model file that answers any row (ONNX): the run's own health check
+        # makes the first real call, and a zero row it never sends is no reason to refuse it
+        if kind == "onnx":
+            oracle.load()
+        else:
+            oracle.probe()
     except SafecertError as exc:
         load_error = str(exc).partition(": ")[2] if getattr(exc, "field", None) else str(exc)
     except Exception as exc:  # the vendor's module raised at import: a load error, said once

@@ -115,3 +115,10 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def signature_path(path: Path) -> Path:
+    """Where the signature of ``path`` lives: ``certificate.json`` → ``certificate.json.sig``
+    (:mod:`safecert.signing` writes and checks it; a report only looks whether it is there)."""
+    path = Path(path)
+    return path.with_name(path.name + ".sig")

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safecert.canonical import canonical_json
-from safecert.document import MAX_BYTES, durable_write, fsync_dir, sha256_bytes
+from safecert.document import MAX_BYTES, durable_write, fsync_dir, sha256_bytes, signature_path
 from safecert.errors import ConfigError, DataError
 from safecert.verification import Check
 
@@ -83,12 +83,6 @@ _FIELDS = ("algorithm", "public_key_fingerprint", "signed_file", "signed_sha256"
 _FINGERPRINT = re.compile(r"^SHA256:[0-9a-f]{64}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _KEYGEN_FIX = "create a key pair with 'safecert keygen --out DIR'"
-
-
-def signature_path(path: Path) -> Path:
-    """Where the signature of ``path`` lives: ``certificate.json`` → ``certificate.json.sig``."""
-    path = Path(path)
-    return path.with_name(path.name + ".sig")
 
 
 def fingerprint(public_key: Ed25519PublicKey) -> str:

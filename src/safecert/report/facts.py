@@ -106,13 +106,15 @@ def digest_of(cert_path: Path | None) -> str | None:
 def signature_status(cert_path: Path | None) -> str:
     """``signed by <fingerprint> (not checked here …)``, ``unsigned``, or what is wrong with the
     signature file. The signature itself needs the signer's public key: ``safecert verify``."""
-    from safecert.signing import parse_signature, signature_path
+    from safecert.document import signature_path
 
     if cert_path is None:
         return "unknown (the certificate's file was not given)"
     sig = signature_path(Path(cert_path))
     if not sig.is_file():
         return "unsigned"
+    from safecert.signing import parse_signature  # only for a signed certificate
+
     try:
         parsed = parse_signature(sig.read_bytes(), source=sig.name)
     except DataError as exc:

@@ -344,11 +344,11 @@ def trajectories(
 ) -> tuple[str, list[str], dict[str, Path]]:
     """(HTML, Markdown lines, PNG paths) of the ``limit`` worst counterexamples replayed step by
     step (:mod:`safecert.report.trajectory`); a replay that cannot run is stated, with its cause."""
-    from safecert.report.trajectory import clip_unavailable
-
     worst = failing_episodes(cert, records)[:limit]
     if not worst:
         return "", [], {}
+    from safecert.report.trajectory import clip_unavailable
+
     title = f"Trajectories of the {len(worst)} worst counterexamples (replayed with their seeds)"
     html_parts, md = [f"<h2>{title}</h2><div class='heatmaps'>"], [f"## {title}", ""]
     pngs: dict[str, Path] = {}

@@ -252,3 +252,50 @@ def test_a_session_ended_by_phi_failing_leaves_a_log_that_still_certifies(shield
     assert [x["action"] for x in lines] == ["lookup"]  # no invented step, no invented halt
     run = certify_shield(CERT.parent / "model.toml", tmp_path / "steps.jsonl", tmp_path / "c")
     assert run.certificate.result.steps == 1
+
+
+def test_a_mutating_action_map_or_tool_changes_nothing_another_party_sees(shield):
+    """The caller's arguments (what the tool is given), the Python action map's (user code on a
+    worker) and the session's record (the decision, the history φ reads) are three objects: a map
+    that rewrites its arguments, as it runs and again after it returned, changes neither what the
+    tool is given nor the record; a tool that rewrites its arguments does not change the record
+    (two copies per check: one cannot keep three parties apart)."""
+    from safecert.shield.abstraction import Abstraction
+    from safecert.shield.session import GuardSession
+
+    def text(value: dict) -> str:
+        return json.dumps(value, sort_keys=True)
+
+    kept, seen_by_map, seen_by_phi, given_to_tool = [], [], [], []
+
+    def action(tool: str, arguments: dict) -> str:
+        seen_by_map.append(text(arguments))
+        arguments["invoice"] = "EVIL"
+        arguments["meta"]["tags"].append("by the map")
+        kept.append(arguments)
+        return PHI.action(tool, arguments)
+
+    def phi(history: list[dict]) -> dict:
+        seen_by_phi.append([text(call["arguments"]) for call in history])
+        return PHI.phi(history)
+
+    session = GuardSession(shield, Abstraction(shield.model, phi, action))
+    arguments = {"invoice": "INV-1", "meta": {"tags": ["a"]}}
+    original = text(arguments)
+
+    def execute() -> dict:
+        given_to_tool.append(text(arguments))
+        arguments["invoice"] = "CHANGED"  # the tool rewrites what it was given
+        arguments["meta"]["tags"].append("by the tool")
+        return {"found": True}
+
+    assert session.call("lookup_invoice", arguments, execute) == {"found": True}
+    for later in kept:  # the map kept its arguments and rewrites them after it returned
+        later["meta"]["tags"].append("later")
+        later["late"] = True
+    assert seen_by_map == given_to_tool == [original]
+    assert seen_by_phi[-1] == [original]
+    assert text(session.history[0]["arguments"]) == original
+    second = session.decide("request_approval", {"invoice": "INV-2", "meta": {"tags": []}})
+    assert second.allowed and len(kept) == 2
+    assert text(session.history[0]["arguments"]) == original  # the record is still what ran

@@ -35,7 +35,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from safecert.shield.abstraction import (
@@ -51,6 +50,7 @@ from safecert.shield.audit import (
     Decision,
     JsonlSink,
     OnBlock,
+    look_up_tracer,
     trace_decision,
 )
 from safecert.shield.certified import CertifiedShield
@@ -83,6 +83,7 @@ class GuardSession:
 
     def __post_init__(self) -> None:
         self.halt = self.shield.halt
+        look_up_tracer()  # a tracer provider set before the session is honoured from its start
 
     @property
     def steps(self) -> int:
@@ -283,35 +284,35 @@ class GuardSession:
         action_known: str | AbstractionFailed | None = None,
     ) -> Decision:
         model = self.shield.model
-        D = partial(Decision, arguments=arguments)  # noqa: N806 (a Decision of this call)
         if self._ended is not None:
-            return D(False, tool, None, self._label(), (), f"session ended ({self._ended})")
+            reason = f"session ended ({self._ended})"
+            return Decision(False, tool, None, self._label(), (), reason, False, arguments)
         if tool == self.halt:
-            return D(True, tool, self.halt, self._label(), (), "halt", ends_session=True)
+            return Decision(True, tool, self.halt, self._label(), (), "halt", True, arguments)
         if self._state is None:
             try:
                 s0 = _known(s0_known) if s0_known is not None else self.abstraction.state([])
             except AbstractionFailed as exc:
-                return D(False, tool, None, None, (self.halt,), str(exc))
+                return Decision(False, tool, None, None, (self.halt,), str(exc), False, arguments)
             if s0 != model.initial:
                 reason = (
                     f"the session starts in {model.labels[s0]}, not the certified initial state "
                     f"{model.labels[model.initial]}"
                 )
-                return D(
-                    False, tool, None, model.labels[s0], (self.halt,), reason, ends_session=True
-                )
+                s0_label = model.labels[s0]
+                return Decision(False, tool, None, s0_label, (self.halt,), reason, True, arguments)
             self._state = s0
         state = model.labels[self._state]
         permitted = self._permitted.get(self._state)
         if permitted is None:  # D(state), computed once per state of this session
             permitted = tuple(sorted(permitted_actions(self.shield.table, state, self.halt)))
             self._permitted[self._state] = permitted
-        if self.steps >= self.shield.horizon:
+        if len(self.history) >= self.shield.horizon:
             reason = f"the certified horizon T = {self.shield.horizon} executed calls is reached"
-            return D(False, tool, None, state, (self.halt,), reason)
+            return Decision(False, tool, None, state, (self.halt,), reason, False, arguments)
         if not available:
-            return D(False, tool, None, state, permitted, f"no tool named {tool!r}")
+            reason = f"no tool named {tool!r}"
+            return Decision(False, tool, None, state, permitted, reason, False, arguments)
         try:
             action = (
                 _known(action_known)
@@ -319,13 +320,13 @@ class GuardSession:
                 else self.abstraction.action(tool, arguments)
             )
         except AbstractionFailed as exc:
-            return D(False, tool, None, state, permitted, str(exc))
+            return Decision(False, tool, None, state, permitted, str(exc), False, arguments)
         if action == self.halt:
-            return D(True, tool, action, state, (), "halt", ends_session=True)
+            return Decision(True, tool, action, state, (), "halt", True, arguments)
         if action not in permitted:
             reason = f"{action!r} (tool {tool!r}) is forbidden in state {state}"
-            return D(False, tool, action, state, permitted, reason)
-        return D(True, tool, action, state, permitted)
+            return Decision(False, tool, action, state, permitted, reason, False, arguments)
+        return Decision(True, tool, action, state, permitted, "", False, arguments)
 
     def _label(self) -> str | None:
         return None if self._state is None else self.shield.model.labels[self._state]

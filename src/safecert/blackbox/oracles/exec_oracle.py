@@ -4,8 +4,9 @@ Protocol (docs/architecture.md, "Policy oracles"): each request is one line
 ``{"observations": [[...], ...]}``; the program answers each with one line
 ``{"actions": [[...], ...]}``, in order, or ``{"error": "why"}`` to fail that call with its reason.
 Its stdout carries replies only (diagnostics go to stderr, which safecert keeps the tail of for
-error messages). safecert's own policy workers (``python:``, ``sb3:``, ``torchscript:``; see
-:mod:`safecert.blackbox.oracles.worker`) speak the same protocol, plus one request of their own:
+error messages). safecert's own policy workers (``python:``, ``onnx:``, ``sb3:``,
+``torchscript:``; see :mod:`safecert.blackbox.oracles.worker`) speak the same protocol, plus one
+request of their own:
 ``{"observations": [[...], ...], "calls": [n1, n2, ...]}`` asks for one policy call per
 consecutive group of n1, n2, … rows and is answered by ``{"calls": [reply1, reply2, ...]}``, each
 reply what that call alone would have been answered (``{"actions": ...}`` or ``{"error": ...}``):

@@ -115,6 +115,7 @@ class Channel:
         self._buf = b""
         self._stderr = b""
         self._started = 0
+        self._unsettled = False  # started by :meth:`start`, the supervisor not heard from yet
         self._awaiting_ready = False  # started by :meth:`start`, its ready line not yet read
         self._grace = 0.0  # the start-up grace of the next reply (a child without a ready line)
         #: requests posted, not yet answered, oldest first: (ticket, posted at, deadline in s,
@@ -128,34 +129,59 @@ class Channel:
 
     @property
     def pid(self) -> int | None:
-        """The child's own pid (not the supervisor's), or None when it is not running."""
+        """The child's own pid (not the supervisor's), or None when it is not running (after
+        :meth:`start`, once its start has completed: a failed one leaves none, and the next
+        call starts afresh and says why)."""
+        if self._proc is not None and self._unsettled:
+            with contextlib.suppress(ChannelFailure):
+                self._settle(self._proc)
         return None if self._proc is None else self._proc.vendor_pid
 
     # -- process management -------------------------------------------------------------------
-    def _start(self) -> procs.VendorProcess:
+    def _start(self, *, wait: bool = True) -> procs.VendorProcess:
+        """Start the child; without ``wait``, :meth:`_settle` completes the start before the
+        first request is written."""
         try:
-            proc = procs.VendorProcess(self.argv, cwd=self.cwd)
+            proc = procs.VendorProcess(self.argv, cwd=self.cwd, wait=wait)
         except OSError as exc:
             raise ChannelFailure(f"cannot start {self.argv[0]}: {exc}") from None
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            os.set_blocking(pipe.fileno(), False)
         if self.handshake:
             _LIVE_WORKERS.add(self)
-            cpu = _COLOCATION.cpu_of(self)
-            if cpu is not None:
-                _pin(proc.vendor_pid, {cpu})
-        elif _COLOCATION.mask is not None:  # a vendor started from a pinned thread gets every CPU
-            _pin(proc.vendor_pid, _COLOCATION.mask)
         if self._started:
             self.restarts += 1
         self._started += 1
         self._proc, self._buf, self._stderr = proc, b"", b""
         self._out.clear()
+        self._unsettled = True
+        if wait:
+            self._settle(proc)
         return proc
+
+    def _settle(self, proc: procs.VendorProcess) -> None:
+        """The start completed: the supervisor's report read (a failed start is a
+        :class:`ChannelFailure`, the child reaped), the pipes non-blocking, the child pinned
+        where the caller's thread is colocated (:func:`colocated`)."""
+        if not self._unsettled:
+            return
+        try:
+            proc.started()
+        except OSError as exc:
+            self._kill()
+            raise ChannelFailure(f"cannot start {self.argv[0]}: {exc}") from None
+        self._unsettled = False
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            os.set_blocking(pipe.fileno(), False)
+        if self.handshake:
+            cpu = _COLOCATION.cpu_of(self)
+            if cpu is not None:
+                _pin(proc.vendor_pid, {cpu})
+        elif _COLOCATION.mask is not None:  # a vendor started from a pinned thread gets every CPU
+            _pin(proc.vendor_pid, _COLOCATION.mask)
 
     def _kill(self) -> None:
         """Kill and reap the child and every process it started (``setsid`` ones included)."""
         proc, self._proc = self._proc, None
+        self._unsettled = False
         if proc is None:
             return
         proc.kill()
@@ -186,15 +212,17 @@ class Channel:
         return bool(data)
 
     def start(self) -> None:
-        """Start a ``handshake`` child now without waiting for it: its start-up (interpreter,
-        imports; model loading too, unless the child loads on its first request, as a ``gated``
-        policy worker does) overlaps the caller's own work, and the first round trip waits for
-        its ready line under the start-up grace. A no-op while it runs."""
+        """Start a ``handshake`` child now without waiting for it — not even for its
+        supervisor's report (:class:`safecert.procs.VendorProcess` ``wait=False``): its start-up
+        (interpreter, imports; model loading too, unless the child loads on its first request,
+        as a ``gated`` policy worker does) overlaps the caller's own work, and the first round
+        trip completes the start (a start that failed fails that call) and waits for its ready
+        line under the start-up grace. A no-op while it runs."""
         assert self.handshake, "a child without a ready line gets its grace at its first call"
         if self._in_flight or (self._proc is not None and self._proc.poll() is None):
             return
         self._kill()
-        self._start()
+        self._start(wait=False)
         self._awaiting_ready = self.handshake
 
     # -- one round trip, or several in flight ---------------------------------------------
@@ -226,6 +254,13 @@ class Channel:
     def _send(self, ticket: int, payload: bytes, timeout: float) -> None:
         if not self._in_flight:
             proc = self._proc
+            if proc is not None and self._unsettled:
+                try:
+                    self._settle(proc)
+                except ChannelFailure as exc:
+                    self._replies[ticket] = exc
+                    return
+                proc = self._proc
             if proc is None or proc.poll() is not None:
                 # Never started, or exited after its last reply (nothing was lost): start afresh.
                 self._kill()

@@ -174,6 +174,13 @@ class VendorProcess:
     ``/proc`` names it).
 
     Raises ``OSError`` as :class:`subprocess.Popen` would when the program cannot be started.
+    With ``wait=False`` (supervised) the constructor returns once the supervisor is started, without
+    waiting for its report (one bare interpreter start-up: tens of milliseconds a caller can spend
+    on its own work): :meth:`started` waits for it and raises that ``OSError`` then; ``vendor_pid``,
+    ``contained`` and :meth:`kill` wait for it first, and the pipes may be written meanwhile (the
+    vendor reads them once it runs). Until then, a supervisor that the kernel refused a user
+    namespace's id maps is started again uncontained, with new pipes (``stdin``, ``stdout``,
+    ``stderr`` are the current ones after :meth:`started`).
     """
 
     def __init__(
@@ -183,27 +190,68 @@ class VendorProcess:
         cwd: str | None = None,
         supervised: bool = SUPERVISED,
         contain: bool | None = None,
+        wait: bool = True,
     ) -> None:
         self.argv = tuple(argv)
         self.supervised = supervised
-        #: the vendor runs in a PID namespace of its own (see the module's guarantee)
-        self.contained = False
+        self._contained = False
         self._contain = CONTAIN if contain is None else contain
+        self._cwd = cwd
+        self._report: int | None = None  # the supervisor's report pipe, until read
         if not supervised:
             self._popen = self._popen_of(self.argv, (), cwd)
-            self.vendor_pid = self._popen.pid
+            self._vendor_pid = self._popen.pid
         else:
-            vendor_pid = self._start_supervised(cwd, self._contain and not _MAPS_REFUSED)
-            if vendor_pid is None:  # once per process: later vendors go uncontained at once
-                _MAPS_REFUSED.append(True)
-                vendor_pid = self._start_supervised(cwd, False)
-                assert vendor_pid is not None  # no user namespace asked for: none refused
-            self.vendor_pid = vendor_pid
+            self._report = self._start_supervisor(cwd, self._contain and not _MAPS_REFUSED)
+            if wait:
+                self.started()
         with _LIVE_LOCK:
             _LIVE.add(self)
+        self._take_pipes()
+
+    def _take_pipes(self) -> None:
         self.stdin: IO[bytes] = self._popen.stdin  # type: ignore[assignment]
         self.stdout: IO[bytes] = self._popen.stdout  # type: ignore[assignment]
         self.stderr: IO[bytes] = self._popen.stderr  # type: ignore[assignment]
+
+    def started(self) -> None:
+        """Wait for the supervisor's report (a no-op once read): the vendor runs, or ``OSError``
+        says why it could not be started (the supervisor is reaped; this object is then closed)."""
+        fd, self._report = self._report, None
+        if fd is None:
+            return
+        try:
+            try:
+                vendor_pid = self._read_report(fd)
+            finally:
+                os.close(fd)
+            if vendor_pid is None:  # once per process: later vendors go uncontained at once
+                _MAPS_REFUSED.append(True)
+                fd = self._start_supervisor(self._cwd, False)
+                try:
+                    vendor_pid = self._read_report(fd)
+                finally:
+                    os.close(fd)
+                assert vendor_pid is not None  # no user namespace asked for: none refused
+                self._take_pipes()
+        except BaseException:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            raise
+        self._vendor_pid = vendor_pid
+
+    @property
+    def vendor_pid(self) -> int:
+        """The vendor's own pid (:meth:`started` first)."""
+        self.started()
+        return self._vendor_pid
+
+    @property
+    def contained(self) -> bool:
+        """The vendor runs in a PID namespace of its own (see the module's guarantee;
+        :meth:`started` first)."""
+        self.started()
+        return self._contained
 
     @staticmethod
     def _popen_of(
@@ -220,8 +268,8 @@ class VendorProcess:
             pass_fds=pass_fds,
         )
 
-    def _start_supervised(self, cwd: str | None, contain: bool) -> int | None:
-        """Start the supervisor; the vendor's pid (:meth:`_read_report`)."""
+    def _start_supervisor(self, cwd: str | None, contain: bool) -> int:
+        """Start the supervisor; the read end of its report pipe (:meth:`_read_report`)."""
         read_end, write_end = os.pipe()
         try:
             command = (sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()))
@@ -229,12 +277,12 @@ class VendorProcess:
                 (*command, str(write_end), str(int(contain)), *self.argv), (write_end,), cwd
             )
             orphans.started_on_purpose(self._popen.pid)
+        except BaseException:
+            os.close(read_end)
+            raise
         finally:
             os.close(write_end)
-        try:
-            return self._read_report(read_end)
-        finally:
-            os.close(read_end)
+        return read_end
 
     def _read_report(self, fd: int) -> int | None:
         """The supervisor's one line: the vendor's pid; None if the kernel gave a user namespace
@@ -264,8 +312,8 @@ class VendorProcess:
             _log.warning(
                 "the kernel refused PR_SET_CHILD_SUBREAPER: vendor children may outlive it"
             )
-        self.contained = rest[2] == b"1"
-        if not self.contained and self._contain and not _WARNED:
+        self._contained = rest[2] == b"1"
+        if not self._contained and self._contain and not _WARNED:
             _WARNED.append(True)
             _log.warning(
                 "the kernel refused a PID namespace for vendors: a vendor that kills or stops its "
@@ -290,6 +338,8 @@ class VendorProcess:
     def kill(self) -> None:
         """Kill the vendor and everything it started, reap them, and close nothing else (the
         caller owns the pipes). Safe to call twice."""
+        with contextlib.suppress(OSError):  # a supervisor mid-start is killed once set up
+            self.started()
         if self._popen.poll() is None:
             if self.supervised:
                 with contextlib.suppress(OSError):
@@ -303,7 +353,7 @@ class VendorProcess:
                 self._force_kill()
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        if self.supervised and not self.contained:
+        if self.supervised and not self._contained:
             # a supervisor the vendor killed or stopped left its subtree to us (in reaping())
             orphans.sweep_adopted()
         orphans.forget(self._popen.pid)

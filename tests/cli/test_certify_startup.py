@@ -8,6 +8,7 @@ import sys
 import textwrap
 import traceback
 
+import numpy as np
 import pytest
 
 from safecert import procs
@@ -117,3 +118,47 @@ print(code, built, blackbox.BlackboxCertificate.__pydantic_complete__)
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
     )
     assert done.stdout.splitlines()[-1] in ("0 [] True", "1 [] True"), done.stderr[-2000:]
+
+
+def test_the_early_start_does_not_wait_for_the_supervisor(tmp_path, monkeypatch):
+    """:meth:`Channel.start` returns without reading the vendor supervisor's report (one bare
+    interpreter start-up the caller spends on its own imports); the first round trip reads it."""
+    (tmp_path / "pol.py").write_text(POLICY)
+    reports: list[int] = []
+    real = procs.VendorProcess._read_report
+
+    def counted(self, fd):
+        reports.append(fd)
+        return real(self, fd)
+
+    monkeypatch.setattr(procs.VendorProcess, "_read_report", counted)
+    from safecert.blackbox.oracles import make_oracle
+
+    oracle = make_oracle(parse_oracle_spec("python:pol:act", base_dir=tmp_path))
+    try:
+        oracle.start()  # type: ignore[attr-defined]
+        assert reports == []
+        assert oracle.act(np.zeros((1, 4))).tolist() == [0]
+        assert len(reports) == 1
+    finally:
+        oracle.close()
+
+
+def test_a_deferred_start_that_fails_fails_its_first_call(tmp_path):
+    """A vendor program that cannot be started: with ``wait=False`` the ``OSError`` comes from
+    :meth:`VendorProcess.started` (the supervisor reaped, nothing left running), and a channel
+    started early fails its first call with the same one line."""
+    from safecert.isolation import Channel, ChannelFailure
+
+    missing = str(tmp_path / "missing")
+    vendor = procs.VendorProcess([missing], wait=False)
+    with pytest.raises(OSError):
+        vendor.started()
+    vendor.kill()  # a no-op after a failed start
+    assert vendor.poll() is not None
+    channel = Channel((missing,), cwd=str(tmp_path), timeout_s=5.0, handshake=True)
+    channel.start()
+    with pytest.raises(ChannelFailure, match="cannot start"):
+        channel.round_trip(b"{}")
+    assert channel.pid is None
+    channel.close()

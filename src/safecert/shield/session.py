@@ -25,6 +25,16 @@ re-certify the shield they ran under.
 ``history`` (what ``φ`` receives) is the list of executed calls, each
 ``{"tool", "arguments", "result", "action"}`` (copies taken when the call executed; φ must treat
 them as read-only); ``φ`` returns a state label or a dict of predicate values, as in the logs.
+
+A call's arguments are held by three parties, each of which may change what it holds: the
+caller (what the tool is given; the tool may rewrite it), a Python action map (user code on a
+worker: it may rewrite its arguments, keep them, or still run after its deadline) and the
+session's record (the :class:`Decision`'s ``arguments``, the history φ reads). Each gets an
+object no other party can reach, so a check with a Python map takes two copies
+(:func:`json_copy`): the record's in :meth:`GuardSession.decide`, the map's in
+:meth:`Abstraction.action`. With one copy two of them would share an object: the map could
+rewrite what is forwarded, or the record. A rules file's map (our own code, which never rewrites
+what it reads) reads the record's copy in the calling thread.
 """
 
 from __future__ import annotations
@@ -80,9 +90,11 @@ class GuardSession:
     _refusals: int = 0
     _permitted: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     halt: str = field(init=False)  # the model's halt action (always permitted, never executed)
+    horizon: int = field(init=False)  # T, the certified number of executed calls
 
     def __post_init__(self) -> None:
-        self.halt = self.shield.halt
+        self.halt = self.shield.halt  # both read once: a property read costs a check ~0.1 µs
+        self.horizon = self.shield.horizon
         look_up_tracer()  # a tracer provider set before the session is honoured from its start
 
     @property
@@ -183,7 +195,7 @@ class GuardSession:
                 return exc, None
             if s0 != self.shield.model.initial:
                 return s0, None
-        if self.steps >= self.shield.horizon or not available:
+        if len(self.history) >= self.horizon or not available:
             return s0, None
         try:
             return s0, await self.abstraction.aaction(tool, arguments)
@@ -307,8 +319,8 @@ class GuardSession:
         if permitted is None:  # D(state), computed once per state of this session
             permitted = tuple(sorted(permitted_actions(self.shield.table, state, self.halt)))
             self._permitted[self._state] = permitted
-        if len(self.history) >= self.shield.horizon:
-            reason = f"the certified horizon T = {self.shield.horizon} executed calls is reached"
+        if len(self.history) >= self.horizon:
+            reason = f"the certified horizon T = {self.horizon} executed calls is reached"
             return Decision(False, tool, None, state, (self.halt,), reason, False, arguments)
         if not available:
             reason = f"no tool named {tool!r}"
@@ -348,7 +360,8 @@ class GuardSession:
                 )
 
     def _audit(self, d: Decision) -> None:
-        trace_decision(d, self.session_id, self.steps)
+        steps = len(self.history)
+        trace_decision(d, self.session_id, steps)
         if self.audit_log is not None:
             self.audit_log.write(
                 {
@@ -360,7 +373,7 @@ class GuardSession:
                     "allowed": d.allowed,
                     "reason": d.reason,
                     "ends_session": d.ends_session,
-                    "executed_calls": self.steps,
+                    "executed_calls": steps,
                 }
             )
 

@@ -12,9 +12,9 @@ re-derives the Hoeffding ranges and the episode bound from the same pure functio
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,10 +26,18 @@ from safecert.config import require_regular_file
 from safecert.document import FileDigest, file_digest
 from safecert.errors import ConfigError
 
+if TYPE_CHECKING:
+    import gymnasium as gym
+
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A validated run: config, where its paths resolve, its family and the inputs' digests."""
+    """A validated run: config, where its paths resolve, its family and the inputs' digests.
+
+    ``unused_env``: the base environment :func:`plan_run` built to read its spaces and time limit
+    — never reset nor stepped, so as good as a new one — kept for :meth:`fresh_base_env` (an
+    in-process environment only; an environment worker is closed at once). A MuJoCo model is
+    milliseconds to build: the pre-run check takes this one instead of building a second."""
 
     config_path: Path
     config: RunConfig
@@ -40,6 +48,16 @@ class RunPlan:
     return_range: tuple[float, float] | None
     inputs: tuple[FileDigest, ...]
     reference: OracleSpec | None = None
+    unused_env: list[gym.Env] = field(default_factory=list, compare=False, repr=False)
+
+    def fresh_base_env(self) -> gym.Env:
+        """A base environment that was never reset nor stepped: the plan's own the first time
+        (see the class docstring), else a new one; the caller closes it."""
+        if self.unused_env:
+            return self.unused_env.pop()
+        from safecert.blackbox.rollout import make_base_env
+
+        return make_base_env(self.config, self.base_dir)
 
     @property
     def cells(self) -> tuple[dict[str, Any], ...]:
@@ -101,14 +119,28 @@ def plan_run(config_path: Path, base_dir: Path | None = None) -> RunPlan:
     base_dir = own_dir if base_dir is None else Path(base_dir).resolve()
     oracle = oracle_spec(config, base_dir)
     from safecert.blackbox.rollout import make_base_env
+    from safecert.envs import in_worker
 
     env = make_base_env(config, base_dir)
+    try:
+        plan = _plan(config_path, config, base_dir, oracle, env)
+    except BaseException:
+        env.close()
+        raise
+    if in_worker(config.env, trusted=config.trust == "in-process"):
+        env.close()  # a worker process is not kept idle
+    else:
+        plan.unused_env.append(env)
+    return plan
+
+
+def _plan(
+    config_path: Path, config: RunConfig, base_dir: Path, oracle: OracleSpec, env: gym.Env
+) -> RunPlan:
     limit = config.max_steps or (env.spec.max_episode_steps if env.spec else None)
     obs_space = env.observation_space
-    obs_shape = obs_space.shape
-    env.close()
     family = Family.of(config.envelope, config.spec.confidence)
-    _check_cells(config, base_dir, list(family.grid), obs_shape)
+    _check_cells(config, base_dir, list(family.grid), obs_space.shape)
     needs_ranges = any(c.get("obs_noise", 0.0) > 0 for c in family.cells)
     if isinstance(config.envelope.obs_ranges, list) or (
         needs_ranges and config.envelope.obs_ranges is None

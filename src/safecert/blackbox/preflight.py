@@ -44,9 +44,9 @@ def check_policy_and_spec(plan: RunPlan, oracle: Oracle) -> None:
 
 def _check(plan: RunPlan, oracle: Oracle) -> None:
     from safecert.blackbox.jobs import episode_seed
-    from safecert.blackbox.rollout import SpecFailure, action_mismatch, make_base_env, run_lockstep
+    from safecert.blackbox.rollout import SpecFailure, action_mismatch, run_lockstep
 
-    env = make_base_env(plan.config, plan.base_dir)
+    env = plan.fresh_base_env()
     try:
         sample, _ = env.reset(seed=plan.config.seed)
         first = np.asarray(sample, dtype=np.float64)[None]

@@ -1,0 +1,65 @@
+"""How often a one-episode run builds its environment (issue 28.3): the plan builds it once to
+read its spaces, the pre-run check plays on that same, never-used copy, and the run's worker
+builds its own — two builds, not three. An environment worker is never kept idle."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from safecert.blackbox import rollout
+from safecert.blackbox.certify import certify
+from safecert.blackbox.plan import plan_run
+
+POLICY = """
+import numpy as np
+
+def act(obs):
+    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)
+"""
+
+CONFIG = """
+policy = "python:pol:act"
+env = "CartPole-v1"
+episodes = 1
+max_steps = 20
+workers = 1
+trust = "in-process"
+[spec]
+budget = 100.0
+goal = "steps >= 0"
+cost = 'info.get("cost", 0)'
+"""
+
+
+def test_a_one_episode_run_builds_its_environment_twice(tmp_path, monkeypatch):
+    (tmp_path / "pol.py").write_text(POLICY)
+    (tmp_path / "run.toml").write_text(textwrap.dedent(CONFIG))
+    built = []
+    real = rollout.make_base_env
+
+    def counted(config, base_dir):
+        built.append(config.env)
+        return real(config, base_dir)
+
+    monkeypatch.setattr(rollout, "make_base_env", counted)
+    cert = certify(tmp_path / "run.toml", tmp_path / "out", workers=1)
+    assert cert.result.cells[0].episodes == 1
+    assert built == ["CartPole-v1", "CartPole-v1"]  # the plan's (checked on), the worker's
+
+
+def test_the_plans_environment_is_handed_over_once_and_unused(tmp_path):
+    (tmp_path / "pol.py").write_text(POLICY)
+    (tmp_path / "run.toml").write_text(textwrap.dedent(CONFIG))
+    plan = plan_run(tmp_path / "run.toml")
+    first = plan.fresh_base_env()
+    second = plan.fresh_base_env()
+    try:
+        assert first is not second and not plan.unused_env
+        a, _ = first.reset(seed=3)
+        b, _ = second.reset(seed=3)
+        assert np.array_equal(a, b)  # as good as a new one
+    finally:
+        first.close()
+        second.close()

@@ -74,7 +74,7 @@ with collector.command_process(True):
     cb._verdict_table(cert)
     mark("table")
 mark("exit freeze")
-for (_, c0, w0), (name, c1, w1) in zip(T, T[1:]):
+for (_, c0, w0), (name, c1, w1) in zip(T, T[1:], strict=False):
     print(
         f"{name:30s} {1000 * (c1 - c0):8.1f} ms CPU {1000 * (w1 - w0):8.1f} ms wall",
         file=sys.stderr,

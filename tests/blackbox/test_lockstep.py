@@ -255,9 +255,9 @@ def test_a_one_worker_run_starts_its_policy_worker_once(tmp_path, monkeypatch):
     starts: list[tuple[str, ...]] = []
     real = Channel._start
 
-    def counted(self):
+    def counted(self, **options):
         starts.append(self.argv)
-        return real(self)
+        return real(self, **options)
 
     monkeypatch.setattr(Channel, "_start", counted)
     cert = certify(config, tmp_path / "out", workers=1, progress=False)

@@ -36,7 +36,7 @@ from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, EpisodeRecord
 from safecert.blackbox.oracles import Oracle, OracleSpec, lockstep_calls, make_oracle
 from safecert.blackbox.oracles.base import CallResult, PostCalls, Reply
-from safecert.envs import in_worker as env_in_worker
+from safecert.blackbox.plan import has_workers
 
 if TYPE_CHECKING:
     from safecert.isolation import Channel
@@ -171,11 +171,8 @@ class Worker:
         self._colocation = ExitStack()
         #: pin this thread and its workers to one CPU only when there are workers to share it
         #: with (a policy or environment worker): a pinned process with nothing to meet cannot
-        #: move off a busy CPU (all in-process, ONNX, ``exec:`` and HTTP runs with a registered
-        #: environment)
-        self.colocate = ctx.oracle.in_worker or env_in_worker(
-            ctx.config.env, trusted=ctx.config.trust == "in-process"
-        )
+        #: move off a busy CPU (in-process, ``exec:`` and HTTP runs with a registered environment)
+        self.colocate = has_workers(ctx.config, ctx.oracle)
 
     def _envs(self, cell: int, jobs: int) -> list:
         """The cell's env copies for a chunk of ``jobs`` episodes: made as first needed, at most

@@ -86,6 +86,25 @@ def cartpole_run(
     )
 
 
+TINY = """
+policy = "python:bbpipe_pol:cartpole"
+env = "CartPole-v1"
+episodes = 1
+max_steps = {max_steps}
+workers = 1
+trust = "in-process"
+[spec]
+budget = 100.0
+goal = "steps >= 0"
+cost = 'info.get("cost", 0)'
+"""
+
+
+def tiny_run(folder: Path, *, max_steps: int = 5) -> Path:
+    """A one-episode CartPole run in process, for tests of what a run does rather than finds."""
+    return write_run(folder, TINY.format(max_steps=max_steps))
+
+
 @pytest.fixture
 def cli_here(capsys, monkeypatch):
     """``safecert`` run in this process through ``safecert.cli.main.main`` — the same code path

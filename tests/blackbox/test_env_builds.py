@@ -4,38 +4,16 @@ builds its own — two builds, not three. An environment worker is never kept id
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 
 from safecert.blackbox import rollout
 from safecert.blackbox.certify import certify
 from safecert.blackbox.plan import plan_run
-
-POLICY = """
-import numpy as np
-
-def act(obs):
-    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)
-"""
-
-CONFIG = """
-policy = "python:pol:act"
-env = "CartPole-v1"
-episodes = 1
-max_steps = 20
-workers = 1
-trust = "in-process"
-[spec]
-budget = 100.0
-goal = "steps >= 0"
-cost = 'info.get("cost", 0)'
-"""
+from tests.blackbox.pipeline_helpers import tiny_run
 
 
 def test_a_one_episode_run_builds_its_environment_twice(tmp_path, monkeypatch):
-    (tmp_path / "pol.py").write_text(POLICY)
-    (tmp_path / "run.toml").write_text(textwrap.dedent(CONFIG))
+    tiny_run(tmp_path, max_steps=20)
     built = []
     real = rollout.make_base_env
 
@@ -50,8 +28,7 @@ def test_a_one_episode_run_builds_its_environment_twice(tmp_path, monkeypatch):
 
 
 def test_the_plans_environment_is_handed_over_once_and_unused(tmp_path):
-    (tmp_path / "pol.py").write_text(POLICY)
-    (tmp_path / "run.toml").write_text(textwrap.dedent(CONFIG))
+    tiny_run(tmp_path, max_steps=20)
     plan = plan_run(tmp_path / "run.toml")
     first = plan.fresh_base_env()
     second = plan.fresh_base_env()

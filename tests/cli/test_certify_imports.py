@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
+
+from tests.blackbox.pipeline_helpers import tiny_run
 
 PROBE = """
 import sys
@@ -16,26 +17,6 @@ code = main(sys.argv[1:])
 watched = ("safecert.report.trajectory", "safecert.signing")
 print("LOADED", ",".join(m for m in watched if m in sys.modules))
 sys.exit(code)
-"""
-
-POLICY = """
-import numpy as np
-
-def act(obs):
-    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)
-"""
-
-CONFIG = """
-policy = "python:pol:act"
-env = "CartPole-v1"
-episodes = 1
-max_steps = 5
-workers = 1
-trust = "in-process"
-[spec]
-budget = 100.0
-goal = "steps >= 0"
-cost = 'info.get("cost", 0)'
 """
 
 
@@ -53,16 +34,14 @@ def _certify(folder, *extra: str) -> set[str]:
 
 
 def test_a_report_without_failures_or_signature_imports_neither(tmp_path):
-    (tmp_path / "pol.py").write_text(POLICY)
-    (tmp_path / "run.toml").write_text(textwrap.dedent(CONFIG))
+    tiny_run(tmp_path)
     assert _certify(tmp_path) == set()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "unsigned" in html
 
 
 def test_a_signed_certificates_report_reads_its_signature(tmp_path):
-    (tmp_path / "pol.py").write_text(POLICY)
-    (tmp_path / "run.toml").write_text(textwrap.dedent(CONFIG))
+    tiny_run(tmp_path)
     from safecert.signing import generate_keypair
 
     private, _ = generate_keypair(tmp_path / "keys")

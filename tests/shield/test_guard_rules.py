@@ -134,6 +134,7 @@ def test_rules_are_answered_in_the_calling_thread_and_fail_closed():
 
     model = load_model(PAYMENTS / "model.toml")
     abstraction = Abstraction(model, PHI.phi, RULES)
+
     def idle() -> dict:  # the idle workers of every CPU's pool
         return {cpu: list(pool) for cpu, pool in deadline._idle.items()}
 

@@ -29,7 +29,7 @@ def test_a_one_episode_run_builds_its_environment_twice(tmp_path, monkeypatch):
 
 def test_the_plans_environment_is_handed_over_once_and_unused(tmp_path):
     tiny_run(tmp_path, max_steps=20)
-    plan = plan_run(tmp_path / "run.toml")
+    plan = plan_run(tmp_path / "run.toml", keep_env=True)
     first = plan.fresh_base_env()
     second = plan.fresh_base_env()
     try:
@@ -40,3 +40,20 @@ def test_the_plans_environment_is_handed_over_once_and_unused(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+def test_a_plan_for_anything_but_a_run_keeps_no_environment_open(tmp_path, monkeypatch):
+    """A report's or a replay's plan (no pre-run check to take it) closes its environment."""
+    tiny_run(tmp_path, max_steps=20)
+    closed = []
+    real = rollout.make_base_env
+
+    def recorded(config, base_dir):
+        env = real(config, base_dir)
+        close = env.close
+        env.close = lambda: (closed.append(env), close())[1]
+        return env
+
+    monkeypatch.setattr(rollout, "make_base_env", recorded)
+    plan = plan_run(tmp_path / "run.toml")
+    assert not plan.unused_env and len(closed) == 1

@@ -278,7 +278,7 @@ def certify(
     ``base_dir``: where the config's relative paths resolve (default: the config's folder).
     ``started``: ``(spec, oracle)``, a policy oracle the caller started ahead of the plan (its
     process starting while this module is imported: :func:`lent_oracle`)."""
-    plan = plan_run(config_path, base_dir)
+    plan = plan_run(config_path, base_dir, keep_env=True)
     backend = backend or LocalBackend(workers or plan.config.workers)
     with (
         run_events(progress) as events,

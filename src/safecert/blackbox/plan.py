@@ -35,8 +35,9 @@ class RunPlan:
     """A validated run: config, where its paths resolve, its family and the inputs' digests.
 
     ``unused_env``: the base environment :func:`plan_run` built to read its spaces and time limit
-    — never reset nor stepped, so as good as a new one — kept for :meth:`fresh_base_env` (an
-    in-process environment only; an environment worker is closed at once). A MuJoCo model is
+    — never reset nor stepped, so as good as a new one — kept for :meth:`fresh_base_env` when
+    the caller asked for it (``keep_env``, a run whose pre-run check takes it; an in-process
+    environment only, an environment worker is closed at once). A MuJoCo model is
     milliseconds to build: the pre-run check takes this one instead of building a second."""
 
     config_path: Path
@@ -112,9 +113,12 @@ def oracle_spec(config: RunConfig, base_dir: Path) -> OracleSpec:
     )
 
 
-def plan_run(config_path: Path, base_dir: Path | None = None) -> RunPlan:
+def plan_run(config_path: Path, base_dir: Path | None = None, *, keep_env: bool = False) -> RunPlan:
     """Validate the run at ``config_path``; relative paths in it resolve from ``base_dir``
-    (default: the config's own folder), which becomes the certificate's ``inputs.root``."""
+    (default: the config's own folder), which becomes the certificate's ``inputs.root``.
+    ``keep_env``: the caller runs the pre-run check (:func:`safecert.blackbox.certify.make_context`),
+    which takes the environment built here (:attr:`RunPlan.unused_env`); without it the
+    environment is closed before this returns, as one in a worker always is."""
     config, own_dir, _ = load_run_config(config_path)
     base_dir = own_dir if base_dir is None else Path(base_dir).resolve()
     oracle = oracle_spec(config, base_dir)
@@ -127,8 +131,8 @@ def plan_run(config_path: Path, base_dir: Path | None = None) -> RunPlan:
     except BaseException:
         env.close()
         raise
-    if in_worker(config.env, trusted=config.trust == "in-process"):
-        env.close()  # a worker process is not kept idle
+    if not keep_env or in_worker(config.env, trusted=config.trust == "in-process"):
+        env.close()  # not needed, or a worker process: not kept idle
     else:
         plan.unused_env.append(env)
     return plan

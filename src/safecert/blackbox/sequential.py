@@ -149,7 +149,7 @@ def certify_sequential(
 ) -> Certificate:
     """Run a sequential certification end to end; returns the certificate written to ``out_dir``
     (the report is the caller's). ``base_dir`` as for :func:`safecert.blackbox.certify.certify`."""
-    plan = plan_run(config, base_dir)
+    plan = plan_run(config, base_dir, keep_env=True)
     if (plan.config.lockstep or 1) > 1:
         raise ConfigError(
             f"lockstep = {plan.config.lockstep} in a sequential run: its episodes in flight are "

@@ -28,7 +28,8 @@ MAX_COUNTEREXAMPLES = 25
 #: the worst counterexamples replayed step by step for a trajectory plot
 MAX_TRAJECTORIES = 3
 #: oracle kinds a report replays (in this process); exec and http vendors are never called by it
-IN_PROCESS = ("python", "onnx", "sb3", "torchscript")
+#: the policy kinds safecert loads itself (in a policy worker unless trusted): a report replays them
+LOADED_KINDS = ("python", "onnx", "sb3", "torchscript")
 
 
 def _fmt(value: object) -> str:
@@ -364,7 +365,7 @@ def trajectories(
     except Exception as exc:  # noqa: BLE001 - stated in the report, never fatal to it
         why = f"the run cannot be replayed ({type(exc).__name__}: {exc})"
         return f"<h2>{title}</h2><p class='note'>Not shown: {esc(why)}.</p>", [why, ""], {}
-    if plan.oracle.kind not in IN_PROCESS:
+    if plan.oracle.kind not in LOADED_KINDS:
         why = (
             f"the policy is an external {plan.oracle.kind} service, which a report does not call; "
             "run a replay command above to see an episode"

@@ -457,8 +457,9 @@ def test_http_signal_drains_the_call_in_flight_then_exits_128_plus_signal(work, 
             anyio.run(main)
         except BaseExceptionGroup as group:
             # a message the client's SDK posts in the background (its initialized notification,
-            # late under load) finds the draining gateway no longer listening: not under test
-            _, rest = group.split(lambda e: type(e).__name__ == "ConnectError")
+            # late under load) finds the draining gateway no longer listening, or its connection
+            # closed by the drain: not under test
+            _, rest = group.split(lambda e: type(e).__name__ in ("ConnectError", "ReadError"))
             if rest is not None or "slow" not in out:
                 raise
         code = proc.wait(DEADLINE_S)

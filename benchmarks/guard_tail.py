@@ -22,7 +22,7 @@ Every build runs in a child process of its own (``PYTHONPATH`` = its ``src``), b
 ``--repeats`` times.
 
     .venv/bin/python benchmarks/guard_tail.py [--checks 20000] [--observes 3000] [--repeats 2]
-        [--build old=REV_OR_SRC] [--json]
+        [--build old=REV_OR_SRC] [--held] [--json]
 """
 
 from __future__ import annotations
@@ -160,7 +160,11 @@ def _observe(observes: int) -> dict[str, Any]:
     }
 
 
-def _child(checks: int, observes: int) -> None:
+def _child(checks: int, observes: int, held: bool) -> None:
+    if held:  # as after a caller was seen woken on another CPU: every wait held on its CPU
+        from safecert.shield import deadline
+
+        deadline._callers_move[0] = True
     out = {"load": os.getloadavg()[0], "check": _check_segments(checks)}
     out["observe"] = _observe(observes)
     sys.stdout.write(json.dumps(out) + "\n")
@@ -172,14 +176,22 @@ def main() -> None:
     ap.add_argument("--observes", type=int, default=3_000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--build", action="append", default=[], metavar="NAME=SRC")
+    ap.add_argument(
+        "--held",
+        action="store_true",
+        help="also run the current tree with every wait held on the caller's CPU from the first"
+        " check (as once a caller was seen to move): row 'held'",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.checks, args.observes)
+        _child(args.checks, args.observes, args.held)
         return
     with contextlib.ExitStack() as keep:
         builds = {"new": ROOT / "src"}
+        if args.held:
+            builds["held"] = ROOT / "src"
         for spec in args.build:
             name, _, src = spec.partition("=")
             builds[name] = build_tree(src, keep)
@@ -188,7 +200,7 @@ def main() -> None:
             for name, src in builds.items():
                 child = subprocess.run(
                     [sys.executable, __file__, "--child", "--checks", str(args.checks),
-                     "--observes", str(args.observes)],
+                     "--observes", str(args.observes)] + (["--held"] if name == "held" else []),
                     env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True,
                     check=True,
                 )  # fmt: skip

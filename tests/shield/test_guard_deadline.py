@@ -213,3 +213,59 @@ def test_a_forked_child_gets_answers_from_workers_of_its_own():
     thread.start()
     thread.join(30.0)
     assert outcome == [0]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="Linux CPU affinity, two CPUs",
+)
+def test_once_a_caller_is_woken_elsewhere_every_wait_is_held_on_its_cpu_and_put_back(monkeypatch):
+    """Until a caller is seen woken on another CPU than it waited on, a wait leaves the caller's
+    CPUs alone. The first caller moved while it waited (here the job itself moves it) turns
+    holding on, for the process: from then on a caller may run only on its own CPU while it waits
+    — where its worker is kept, so the worker's hand-back wakes it there — and gets its own CPU
+    set back as the answer is in, also when the job raised or missed its deadline."""
+    from safecert.shield import deadline
+
+    monkeypatch.setattr(deadline, "_callers_move", [False])
+    a, b = sorted(os.sched_getaffinity(0))[:2]
+    seen: list[object] = []
+    failed: list[BaseException] = []
+
+    def caller() -> None:  # a thread of its own, on two CPUs
+        me = threading.get_native_id()
+        try:
+            os.sched_setaffinity(0, {a, b})
+            seen.append(call_with_deadline(os.sched_getaffinity, (me,), 5.0))  # not held
+            deadline._callers_move[0] = False  # in case the scheduler itself moved the caller
+
+            def move_the_caller() -> int:  # the caller sleeps on its CPU; it wakes on the other
+                waited_on = next(iter(os.sched_getaffinity(0)))  # the worker's = the caller's CPU
+                os.sched_setaffinity(me, {a, b} - {waited_on})
+                return waited_on
+
+            call_with_deadline(move_the_caller, (), 5.0)
+            seen.append(list(deadline._callers_move))
+            os.sched_setaffinity(0, {a, b})
+            during = call_with_deadline(os.sched_getaffinity, (me,), 5.0)
+            seen.append((during, os.sched_getaffinity(0)))
+            with pytest.raises(ZeroDivisionError):
+                call_with_deadline(lambda: 1 / 0, (), 5.0)
+            seen.append(os.sched_getaffinity(0))
+            release = threading.Event()
+            with pytest.raises(DeadlineExceeded):
+                call_with_deadline(release.wait, (30.0,), 0.2)
+            release.set()
+            seen.append(os.sched_getaffinity(0))
+        except BaseException as exc:  # re-raised in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    thread.join(30.0)
+    assert not failed, failed
+    assert seen[0] == {a, b}  # nobody moved yet: the wait was not held
+    assert seen[1] == [True]  # the caller was woken on the other CPU
+    during, after = seen[2]
+    assert len(during) == 1 and during <= {a, b} and after == {a, b}  # held, then put back
+    assert seen[3] == {a, b} and seen[4] == {a, b}  # put back after an exception, a deadline

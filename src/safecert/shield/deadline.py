@@ -189,10 +189,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_workers)
 
 
-def _submit(fn: Callable[..., Any], args: tuple[Any, ...], waited: bool) -> _Worker:
-    """Start ``fn(*args)`` on an idle worker (a new one if none is idle). ``waited``: the caller
-    blocks until the answer, so the worker is one kept on the caller's CPU (:func:`_caller_cpu`)."""
-    cpu = _caller_cpu() if waited else None
+def _submit(fn: Callable[..., Any], args: tuple[Any, ...], cpu: int | None) -> _Worker:
+    """Start ``fn(*args)`` on an idle worker kept on ``cpu`` (``None``: one not kept on any CPU),
+    a new one if none is idle."""
     pool = _idle.get(cpu)
     if pool is None:
         pool = _idle.setdefault(cpu, [])
@@ -208,9 +207,9 @@ def _caller_cpu() -> int | None:
     """The CPU the calling thread runs on (``None``: unknown). A caller that blocks while its
     worker runs leaves that CPU free for it, and a worker woken there starts at once, while one
     woken on an idle CPU waits for that CPU to wake up (a hand-off of 8 µs on one CPU, 24 µs
-    across two idle vCPUs; ``benchmarks/RESULTS_guard.md``). The caller itself stays free to
-    move — it is often woken on the other CPU when that one is idle (a job with system calls, long
-    enough for it to be free: the sandbox's φ) — and then takes the worker kept there."""
+    across two idle vCPUs; ``benchmarks/RESULTS_guard.md``). The caller is held on that CPU
+    only while it waits (:func:`_hold`); from one call to the next it stays free to move, and
+    then takes the worker kept where it runs."""
     if not _getcpu:
         _getcpu.append(_cpu_lookup())
     getcpu = _getcpu[0]
@@ -218,6 +217,48 @@ def _caller_cpu() -> int | None:
         return None
     cpu = getcpu()
     return cpu if cpu >= 0 else None
+
+
+#: ``[True]`` once a caller was woken on another CPU than the one it waited on: from then on,
+#: in this process, every wait is held (:func:`_hold`)
+_callers_move: list[bool] = [False]
+
+
+def _hold(cpu: int | None) -> set[int] | None:
+    """Keep the calling thread on ``cpu`` — the CPU it runs on, where its worker is kept — for
+    the length of one wait for an answer, once this process has seen a caller moved
+    (:func:`_let_go`); returns the thread's own CPU set, for :func:`_let_go` to put back
+    (``None``: nothing was changed).
+
+    Why: while the worker hands the answer back it still runs on that CPU, so a kernel may wake
+    a caller free to move on the *other* CPU when that one is idle — and on a VM an idle vCPU
+    first has to be woken itself. Where that happens it sets the tail (the slowest 1 % of checks
+    with a Python action map: 44–95 µs against a p50 of 15 µs, 120–160 of 20,000 callers moved;
+    ``benchmarks/RESULTS_guard.md``). Held, the caller is woken where it waited and runs as soon
+    as the worker goes back to waiting. It costs two system calls (about 3 µs a check), so it is
+    done only where callers were seen to move; between checks the thread runs wherever it may."""
+    if cpu is None or not _callers_move[0]:
+        return None
+    try:
+        own = os.sched_getaffinity(0)
+        if len(own) < 2 or cpu not in own:
+            return None
+        os.sched_setaffinity(0, (cpu,))
+    except OSError:  # affinity refused here: the caller waits unheld, as it would elsewhere
+        return None
+    return own
+
+
+def _let_go(cpu: int | None, own: set[int] | None) -> None:
+    """After a wait on ``cpu``: put back the CPU set :func:`_hold` changed, if it changed one;
+    else note whether the caller was woken on another CPU (then later waits are held)."""
+    if own is not None:
+        try:
+            os.sched_setaffinity(0, own)
+        except OSError:  # the process's CPUs changed meanwhile: every CPU it may still use
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    elif cpu is not None and not _callers_move[0] and _caller_cpu() != cpu:
+        _callers_move[0] = True
 
 
 def _result(answer: Answer) -> Any:
@@ -234,8 +275,14 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
     while they answer in time; a worker that misses a deadline is abandoned (Python cannot kill a
     thread; it is a daemon and never rejoins the pool), so a hung callable holds no worker, lock or
     slot any other call needs."""
-    worker = _submit(fn, args, True)
-    if worker.done.acquire(timeout=timeout_s):
+    cpu = _caller_cpu()
+    own = _hold(cpu)
+    try:
+        worker = _submit(fn, args, cpu)
+        answered = worker.done.acquire(timeout=timeout_s)
+    finally:
+        _let_go(cpu, own)
+    if answered:
         return _result(worker.take())
     answer = worker.give_up()
     if answer is None:
@@ -253,9 +300,18 @@ async def acall_with_deadline(
     worker as a timeout does."""
     start = time.monotonic()
     blocking = min(_LOOP_WAIT.get(), timeout_s)
-    worker = _submit(fn, args, blocking > 0)
-    if blocking > 0 and worker.done.acquire(timeout=blocking):
-        return _result(worker.take())
+    if blocking > 0:
+        cpu = _caller_cpu()
+        own = _hold(cpu)
+        try:
+            worker = _submit(fn, args, cpu)
+            answered = worker.done.acquire(timeout=blocking)
+        finally:
+            _let_go(cpu, own)
+        if answered:
+            return _result(worker.take())
+    else:
+        worker = _submit(fn, args, None)
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()
 

@@ -279,10 +279,10 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
     own = _hold(cpu)
     try:
         worker = _submit(fn, args, cpu)
-        answered = worker.done.acquire(timeout=timeout_s)
+        in_time = worker.done.acquire(timeout=timeout_s)
     finally:
         _let_go(cpu, own)
-    if answered:
+    if in_time:
         return _result(worker.take())
     answer = worker.give_up()
     if answer is None:
@@ -305,10 +305,10 @@ async def acall_with_deadline(
         own = _hold(cpu)
         try:
             worker = _submit(fn, args, cpu)
-            answered = worker.done.acquire(timeout=blocking)
+            in_time = worker.done.acquire(timeout=blocking)
         finally:
             _let_go(cpu, own)
-        if answered:
+        if in_time:
             return _result(worker.take())
     else:
         worker = _submit(fn, args, None)

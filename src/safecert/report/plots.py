@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import struct
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,12 +162,40 @@ def distributions_png(
         return None
     path = Path(out_dir) / "distributions.png"
     # zlib level 1: a few kB larger than the default level 6 and ~15 ms less per run (mostly white)
-    _draw_distributions(costs, returns, result.budget).save(path, compress_level=1)
+    path.write_bytes(png_bytes(_draw_distributions(costs, returns, result.budget), 1))
     caption = (
         "Every episode's cost per cell against the budget d (above the dashed line: the episode "
         "fails the spec), and its return; boxes: quartiles."
     )
     return caption, path
+
+
+def png_bytes(image: Any, compress_level: int) -> bytes:
+    """The PNG file ``image.save(path, compress_level=compress_level)`` writes for an RGB image
+    made here (no palette, transparency, text or other metadata), byte for byte, without
+    :meth:`PIL.Image.Image.save`: Pillow's own ``zip`` encoder (its adaptive row filters and
+    zlib stream, the same arguments), cut into IDAT chunks where its PNG writer cuts them (one
+    per encoder buffer: ``max(ImageFile.MAXBLOCK, width * 4)`` bytes), between the IHDR and
+    IEND chunks it writes. ``save`` first imports Pillow's PNG plugin (``PngImagePlugin``:
+    ≈ 20 M instructions, a quarter of what encoding this picture costs, 85 M);
+    ``tests/cli/test_startup_png.py`` compares the two on many images."""
+    from PIL import ImageFile
+
+    if image.mode != "RGB":
+        raise ValueError(f"png_bytes writes RGB images, not {image.mode}")
+    width, height = image.size
+    data = image.tobytes("zip", "RGB", False, compress_level)
+    step = max(ImageFile.MAXBLOCK, width * 4)
+    # colour type 2 (RGB), 8 bits a sample, deflate, adaptive filtering, no interlace
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunks = [(b"IHDR", header)]
+    chunks += [(b"IDAT", data[i : i + step]) for i in range(0, len(data), step)]
+    chunks.append((b"IEND", b""))
+    out = [b"\x89PNG\r\n\x1a\n"]
+    for kind, body in chunks:
+        crc = zlib.crc32(body, zlib.crc32(kind))
+        out.append(struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc))
+    return b"".join(out)
 
 
 #: the distributions picture's layout, in pixels

@@ -346,7 +346,7 @@ class VendorProcess:
                     self._popen.send_signal(signal.SIGTERM)  # the supervisor's close request
                     self._popen.send_signal(signal.SIGCONT)  # an uncontained vendor stopped it
                 try:
-                    self._popen.wait(KILL_WAIT_S)
+                    self._wait_exit(KILL_WAIT_S)
                 except subprocess.TimeoutExpired:
                     self._force_kill()
             else:
@@ -357,6 +357,22 @@ class VendorProcess:
             # a supervisor the vendor killed or stopped left its subtree to us (in reaping())
             orphans.sweep_adopted()
         orphans.forget(self._popen.pid)
+
+    def _wait_exit(self, timeout: float) -> int:
+        """``Popen.wait(timeout)``, woken by the supervisor's exit itself (a pidfd, Linux 5.3 and
+        later) instead of looking at 1, 3, 7, 15 … ms as ``Popen.wait`` does: a supervisor that
+        has cleared its subtree in 3 ms is reaped then, not 4 ms later. ``TimeoutExpired`` after
+        ``timeout`` seconds, as ``Popen.wait``; without pidfds it is ``Popen.wait``."""
+        try:
+            pidfd = os.pidfd_open(self._popen.pid)
+        except (AttributeError, OSError):  # no pidfds here, or already reaped
+            return self._popen.wait(timeout)
+        try:
+            if not select.select([pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self._popen.args, timeout)
+        finally:
+            os.close(pidfd)
+        return self._popen.wait()  # it has exited: reaped at once
 
     def _end_failed_start(self) -> int:
         """Reap a supervisor that reported a failed start; its exit code."""

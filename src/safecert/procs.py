@@ -333,7 +333,8 @@ class VendorProcess:
         return self._popen.poll()
 
     def wait(self, timeout: float | None = None) -> int:
-        return self._popen.wait(timeout)
+        """``Popen.wait``; with a ``timeout``, woken by the exit itself (:meth:`_wait_exit`)."""
+        return self._popen.wait() if timeout is None else self._wait_exit(timeout)
 
     def kill(self) -> None:
         """Kill the vendor and everything it started, reap them, and close nothing else (the

@@ -61,3 +61,25 @@ def test_a_supervisor_that_does_not_exit_in_time_is_a_timeout_then_killed(tmp_pa
         for pipe in (vendor.stdin, vendor.stdout, vendor.stderr):
             pipe.close()
     assert vendor.poll() is not None
+
+
+def test_wait_with_a_timeout_is_woken_by_the_exit(monkeypatch):
+    """``wait(timeout)`` (a polite close: end of input, then wait for the exit) is woken by the
+    supervisor's exit too, and returns the vendor's exit code."""
+    cat = shutil.which("cat")
+    assert cat is not None
+    vendor = procs.VendorProcess([cat])
+    vendor.started()
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"wait slept {seconds}s")
+
+    try:
+        vendor.stdin.close()  # cat ends at end of input, its supervisor with it
+        monkeypatch.setattr(time, "sleep", no_sleep)
+        assert vendor.wait(10.0) == 0
+    finally:
+        monkeypatch.undo()
+        vendor.kill()
+        vendor.stdout.close()
+        vendor.stderr.close()

@@ -9,6 +9,7 @@ failure reasons, either way. :func:`failure_kind` groups failure reasons for the
 
 from __future__ import annotations
 
+from math import isnan
 from operator import le as _le
 from typing import Any
 
@@ -90,12 +91,22 @@ class BoxBatch:
 
     ``ok(actions)`` is True when every row is already an action of the space as it stands:
     float64, of ``space.shape`` and inside the bounds, compared in float64 (NaN is never inside).
-    Then no row needs :func:`to_action`; otherwise :func:`to_action` judges each row. Small
-    batches are compared as Python floats (a few numpy calls cost more than the comparisons):
-    ``low <= value`` and ``value <= high`` for every value, against the bounds repeated once per
-    row (kept per batch length)."""
+    Then no row needs :func:`to_action`; otherwise :func:`to_action` judges each row (a batch
+    refused here is never accepted wrongly: the per-row path decides).
+
+    When every dimension has the same bounds ``[lo, hi]`` (HalfCheetah's ``[-1, 1]``), the
+    batch is inside exactly when ``lo <= min`` and ``max <= hi`` over its values and none is
+    NaN: up to :attr:`SMALL_SAME` values by Python's ``min``/``max`` of the values as floats,
+    NaN ruled out by their sum (NaN plus anything is NaN; a sum of ``inf`` and ``-inf`` is NaN
+    too, which refuses such a batch to the per-row path), beyond it by numpy's reductions, which
+    propagate NaN. Otherwise small batches are compared value by value as Python floats
+    (``low <= value`` and ``value <= high`` against the bounds repeated once per row, kept per
+    batch length) and large ones by numpy. Callgrind (instructions per check, 6-value rows):
+    1 row 11.9k value by value, 7.7k by ``min``/``max``; 8 rows 38.4k and 17.6k (numpy);
+    32 rows 136k and 17.9k."""
 
     SMALL = 256  # values per batch up to which Python compares faster than numpy
+    SMALL_SAME = 24  # the same, for min and max when every dimension has the same bounds
 
     def __init__(self, space: spaces.Box) -> None:
         self.shape = space.shape
@@ -103,6 +114,12 @@ class BoxBatch:
         self.low = np.asarray(space.low, dtype=np.float64)
         self.high = np.asarray(space.high, dtype=np.float64)
         self._bounds: dict[int, tuple[list[float], list[float]]] = {}
+        #: ``(lo, hi)`` when every dimension has these bounds (and there is one), else None
+        self.same: tuple[float, float] | None = None
+        if self.low.size and not (np.isnan(self.low).any() or np.isnan(self.high).any()):
+            lo, hi = float(self.low.flat[0]), float(self.high.flat[0])
+            if (self.low == lo).all() and (self.high == hi).all():
+                self.same = (lo, hi)
 
     def _repeated(self, rows: int) -> tuple[list[float], list[float]]:
         bounds = self._bounds.get(rows)
@@ -116,11 +133,22 @@ class BoxBatch:
     def ok(self, actions: np.ndarray) -> bool:
         if actions.dtype != self.dtype or actions.shape[1:] != self.shape:
             return False
+        same = self.same
+        if same is not None and actions.size:
+            lo, hi = same
+            if actions.size > self.SMALL_SAME:
+                return bool(lo <= _MIN(actions, None)) and bool(_MAX(actions, None) <= hi)
+            values = actions.ravel().tolist()
+            return not isnan(sum(values)) and lo <= min(values) and max(values) <= hi
         if actions.size > self.SMALL:
             return bool((actions >= self.low).all()) and bool((actions <= self.high).all())
         lows, highs = self._repeated(len(actions))
         values = actions.ravel().tolist()
         return all(map(_le, lows, values)) and all(map(_le, values, highs))
+
+
+#: numpy's reductions over every value (NaN propagates), without ``ndarray.min``'s wrapper
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 
 
 class DiscreteBatch:

@@ -17,13 +17,14 @@ does too. The cost and the goal are the run's spec expressions (:mod:`safecert.b
 Per step the loop does only what a step needs: a copy made by ``gym.make`` is stepped below its
 pass-through layers once they have checked what they check, with the time limit applied here
 (:class:`_Layers`); a ``spec.cost`` that reads one ``info`` key is read without building the
-step's scope (``EpisodeSpec.info_cost``); the scope the goal reads is built once, at the
+step's scope (``EpisodeSpec.info_read``); the scope the goal reads is built once, at the
 episode's last step. Same calls, same values, same records (tests/blackbox/test_step_path.py,
 and the committed digests of tests/blackbox/test_rollout_digest.py).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -167,6 +168,10 @@ def true_observation(env: gym.Env, observed: np.ndarray) -> np.ndarray:
     return observed if clean is None else clean
 
 
+#: a step count no episode reaches: the limit of an episode without one
+_NEVER = sys.maxsize
+
+
 class SpecFailure(Exception):
     """Raised by :func:`run_lockstep` with ``strict=True`` when the spec cannot be evaluated."""
 
@@ -177,9 +182,10 @@ class SpecFailure(Exception):
 
 class _Episode:
     """Running totals of one live episode, and how it steps its environment copy: ``step``
-    (:class:`_Layers`) and ``observer``, the wrapper holding the true observation (or None)."""
+    (:meth:`_Layers.attach`), ``horizon`` (the time limit the rollout applies itself, or
+    :data:`_NEVER`) and ``observer``, the wrapper holding the true observation (or None)."""
 
-    __slots__ = ("job", "obs", "ret", "cost", "steps", "last", "step", "observer")
+    __slots__ = ("job", "obs", "ret", "cost", "steps", "last", "step", "horizon", "observer")
 
     def __init__(
         self,
@@ -194,6 +200,7 @@ class _Episode:
         self.steps = 0
         self.last: dict[str, Any] = {}
         self.step = step
+        self.horizon = _NEVER
         self.observer = observer
 
 
@@ -207,10 +214,11 @@ class _Layers:
     The rollout resets every episode through the whole chain (so every reset is enforced,
     checked and restarts the time limit) and applies ``horizon`` itself exactly as ``TimeLimit``
     does (``truncated`` is true on the step that reaches it, before the step's cost is
-    evaluated). :meth:`step_for_episode` is the whole chain's ``step`` until the checker has
-    checked its steps, then the step of the environment below the layers: the same calls with
-    the same results, without three Python calls a step. An environment with anything else on
-    the outside (an envelope wrapper, a remote or user-built environment) is stepped whole."""
+    evaluated). :meth:`attach` gives an episode the whole chain's ``step`` until the checker has
+    checked its steps — within the copy's first episode, after its second step — and the step
+    of the environment below the layers from then on: the same calls with the same results,
+    without three Python calls a step. An environment with anything else on the outside (an
+    envelope wrapper, a remote or user-built environment) is stepped whole."""
 
     __slots__ = ("env", "inner", "checker", "horizon")
 
@@ -229,14 +237,32 @@ class _Layers:
             inner = inner.env
         self.inner = inner if inner is not env else None
 
-    def step_for_episode(self) -> Callable[[Any], tuple]:
-        """The step function for the episode just reset through the whole chain."""
+    def _checked(self) -> bool:
         checker = self.checker
-        if self.inner is None or (
-            checker is not None and not (checker.checked_step and checker.checked_data_reuse)
-        ):
-            return self.env.step
-        return self.inner.step
+        return checker is None or (checker.checked_step and checker.checked_data_reuse)
+
+    def attach(self, ep: _Episode) -> None:
+        """Set ``ep.step`` and ``ep.horizon`` for the episode just reset through the whole
+        chain: the layers' own step while the checker has steps to check (switching to the step
+        below them once it has), else the step below them."""
+        inner = self.inner
+        if self.horizon is not None:
+            ep.horizon = self.horizon
+        if inner is None:
+            ep.step = self.env.step
+            return
+        if self._checked():
+            ep.step = inner.step
+            return
+        whole, below = self.env.step, inner.step
+
+        def checking(action: Any) -> tuple:
+            out = whole(action)
+            if self._checked():  # from the next step on, past the layers
+                ep.step = below
+            return out
+
+        ep.step = checking
 
 
 def _check_reads(spec: EpisodeSpec, ep: _Episode, seen_keys: set[Any]) -> None:
@@ -296,9 +322,9 @@ def run_lockstep(
     slots: list[_Episode | None] = [None] * len(envs)
     layers = [_Layers(env) for env in envs]
     spec = episode_spec(config)
-    info_cost = spec.info_cost
+    cost_key, cost_default = spec.info_read or (None, None)
     rule = config.spec.action_out_of_space
-    max_steps = config.max_steps
+    max_steps = _NEVER if config.max_steps is None else config.max_steps
     if calls is None:
         step_calls: Calls = partial(each_call, policy)
         size = max(1, len(envs))  # every live row in one call
@@ -345,7 +371,8 @@ def run_lockstep(
                 continue
             # the wrapper holding the true observation (an observation perturbation, outermost)
             observer = env if getattr(env, "true_obs", None) is not None else None
-            slots[i] = _Episode(job, obs, layers[i].step_for_episode(), observer)
+            ep = slots[i] = _Episode(job, obs, env.step, observer)
+            layers[i].attach(ep)
             return
         slots[i] = None
 
@@ -385,21 +412,27 @@ def run_lockstep(
                 yield from fill(i)
                 continue
             t = ep.steps
+            n = t + 1
             try:
                 action = _UNCHECKED if accepted is None else accepted[row]
                 if action is _UNCHECKED:
                     action = to_action(envs[i].action_space, raw[row], rule)
                 obs, reward, terminated, truncated, info = ep.step(action)
                 reward = float(reward)
-                horizon = layers[i].horizon
-                if horizon is not None and t + 1 >= horizon:
+                if n >= ep.horizon:
                     truncated = True  # TimeLimit's own rule, where the rollout steps past it
                 if strict:
                     seen_keys.update(info)
-                # the spec judges the true observation: the one before an observation perturbation
-                true_obs = obs if ep.observer is None else ep.observer.true_obs
-                cost = None if info_cost is None else info_cost(info)
+                # spec.info_cost, read here: the value when it is a finite float, else None
+                cost = None
+                if cost_key is not None and type(info) is dict:
+                    cost = info.get(cost_key, cost_default)
+                    if type(cost) is not float or cost - cost != 0.0:  # inf - inf is NaN
+                        cost = None
                 if cost is None:
+                    # the spec judges the true observation: the one before an observation
+                    # perturbation
+                    true_obs = obs if ep.observer is None else ep.observer.true_obs
                     cost = spec.step_cost(
                         step_scope(true_obs, action, reward, info, terminated, truncated, t)
                     )
@@ -409,17 +442,18 @@ def run_lockstep(
                 continue
             except EvalError as exc:
                 if strict:
-                    raise SpecFailure("spec.cost", f"at step {t + 1}: {exc.reason}") from None
+                    raise SpecFailure("spec.cost", f"at step {n}: {exc.reason}") from None
                 yield record(ep, False, False, f"spec: spec.cost: {exc.reason}")
                 yield from fill(i)
                 continue
-            ep.steps = t + 1
+            ep.steps = n
             ep.ret += reward
             ep.cost += cost
             ep.obs = obs
-            if max_steps is not None and t + 1 >= max_steps and not terminated:
+            if n >= max_steps and not terminated:
                 truncated = True  # after the step's cost, which saw the environment's flag
             if terminated or truncated:
+                true_obs = obs if ep.observer is None else ep.observer.true_obs
                 ep.last = step_scope(true_obs, action, reward, info, terminated, truncated, t)
                 yield record(ep, bool(terminated), bool(truncated), None)
                 yield from fill(i)

@@ -92,10 +92,14 @@ class EpisodeSpec:
     _what: str = field(init=False, repr=False, compare=False)
     #: the step's cost read from ``info`` alone, or None (:func:`info_reader`)
     info_cost: Callable[[Any], float | None] | None = field(init=False, repr=False, compare=False)
+    #: ``(KEY, default)`` of that read, or None (:func:`info_read`): for a caller that reads it
+    #: inline, as ``info_cost`` does
+    info_read: tuple[str, float | None] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_what", f"spec.cost {self.cost.text!r}")
         object.__setattr__(self, "info_cost", info_reader(self.cost))
+        object.__setattr__(self, "info_read", info_read(self.cost))
 
     def step_cost(self, scope: dict[str, Any]) -> float:
         """The cost of one step, ``as_number(self.cost.evaluate(scope))``; :class:`EvalError`
@@ -109,6 +113,18 @@ class EpisodeSpec:
         return as_number(value, f"spec.goal {self.goal.text!r}") != 0.0
 
 
+def info_read(cost: Expression) -> tuple[str, float | None] | None:
+    """``(KEY, default)`` when ``spec.cost`` is one read of ``info`` by a string key
+    (``info["KEY"]``, default None, or ``info.get("KEY", number)``), else None. A caller that
+    reads the step's cost itself does what :func:`info_reader`'s function does: on an ``info``
+    that is a ``dict``, ``info.get(KEY, default)`` is the step's cost when it is a finite Python
+    float; in every other case :meth:`EpisodeSpec.step_cost` decides."""
+    read = cost.read
+    if read is None or read.name != "info" or not isinstance(read.key, str):
+        return None
+    return read.key, read.default
+
+
 def info_reader(cost: Expression) -> Callable[[Any], float | None] | None:
     """For a ``spec.cost`` that is one read of ``info`` (``info["KEY"]``, the shorthand
     ``info:KEY``, or ``info.get("KEY", number)``: :class:`~safecert.expressions.Read`), a function
@@ -117,10 +133,10 @@ def info_reader(cost: Expression) -> Callable[[Any], float | None] | None:
     unchanged) — and None in every other case (``info`` not a dict, a missing key, a value of
     another type, a non-finite one), where the caller evaluates :meth:`EpisodeSpec.step_cost`,
     which gives the value or the error. None for any other expression."""
-    read = cost.read
-    if read is None or read.name != "info" or not isinstance(read.key, str):
+    found = info_read(cost)
+    if found is None:
         return None
-    key, default, isfinite = read.key, read.default, math.isfinite
+    (key, default), isfinite = found, math.isfinite
 
     def info_cost(info: Any) -> float | None:
         if type(info) is dict:
@@ -149,6 +165,7 @@ __all__ = [
     "compile_spec",
     "cost_expression",
     "goal_expression",
+    "info_read",
     "info_reader",
     "step_scope",
 ]

@@ -41,8 +41,10 @@ import contextlib
 import itertools
 import math
 import os
+import select
 import sys
 import time
+from collections.abc import Iterator
 from typing import cast
 
 import numpy as np
@@ -82,6 +84,46 @@ def _oracle(kind: str, target: str, base_dir: str, batched: bool):  # type: igno
     return TorchScriptOracle(spec)
 
 
+#: how long the worker keeps polling its input for the next request after it has answered one,
+#: before it sleeps in a blocking read (seconds)
+POLL_S = 0.001
+
+
+def requests(fd: int, poll_s: float = POLL_S) -> Iterator[bytes]:
+    """The request lines read from ``fd`` (each with its newline; a last line without one as
+    it is), until the end of input.
+
+    The next line is awaited by polling ``fd`` for up to ``poll_s`` seconds, yielding the CPU
+    between polls, then by a blocking read. A lone run posts a request while this worker,
+    pinned to a CPU of its own, has just answered the last one (benchmarks/RESULTS_speed.md):
+    a request that finds the worker polling is read at once, whereas one that has to wake a
+    sleeping reader on another CPU costs the posting process the wake-up in its ``write`` (an
+    inter-processor interrupt; on a virtual machine, an exit to the hypervisor). Polling spends
+    the worker's own CPU, at most ``poll_s`` a request, and yields it to any other process
+    that wants it (the rollout, when the two share a CPU). The lines, their order and their
+    bytes are those of a plain read."""
+    buf = bytearray()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    clock, ready, pause = time.monotonic, poller.poll, os.sched_yield
+    while True:
+        end = buf.find(b"\n")
+        if end >= 0:
+            line = bytes(buf[: end + 1])
+            del buf[: end + 1]
+            yield line
+            continue
+        deadline = clock() + poll_s
+        while not ready(0) and clock() < deadline:
+            pause()
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            if buf:
+                yield bytes(buf)
+            return
+        buf += chunk
+
+
 def main(argv: list[str]) -> int:
     kind, target, base_dir, batched = argv[1], argv[2], argv[3], argv[4] == "1"
     gated = argv[5:] == ["gated"]
@@ -93,7 +135,8 @@ def main(argv: list[str]) -> int:
 
     load_error: str | None = None
     oracle = _oracle(kind, target, base_dir, batched)
-    first = sys.stdin.buffer.readline() if gated else b""  # gated: load on the first request
+    lines = requests(sys.stdin.fileno())
+    first = next(lines, b"") if gated else b""  # gated: load on the first request
     if gated and not first:  # end of input before any request: nothing to load
         return 0
     try:
@@ -119,7 +162,7 @@ def main(argv: list[str]) -> int:
             return {"error": exc.reason}
         return {"actions": np.ascontiguousarray(actions)}
 
-    for line in itertools.chain((first,) if first else (), sys.stdin.buffer):
+    for line in itertools.chain((first,) if first else (), lines):
         try:
             request = orjson.loads(line)
             obs = np.asarray(request["observations"], dtype=np.float64)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import threading
@@ -183,4 +184,26 @@ def test_the_workers_request_lines_are_those_of_a_plain_read(lines, last_open, c
     finally:
         feeder.join()
         os.close(read)
-    assert got == data.splitlines(keepends=True)
+    assert got == io.BytesIO(data).readlines()  # the lines a file read gives
+
+
+def test_copies_share_a_space_exactly_when_gym_says_they_are_equal():
+    from safecert.blackbox.rollout import _same_space
+
+    box = spaces.Box(-1.0, 1.0, (6,), np.float32)
+    cases = [
+        spaces.Box(-1.0, 1.0, (6,), np.float32),
+        spaces.Box(-1.0, 1.0 + 1e-12, (6,), np.float64),
+        spaces.Box(-1.0, 1.0 + 1e-9, (6,), np.float32),  # allclose: equal for gym
+        spaces.Box(-1.0, 2.0, (6,), np.float32),
+        spaces.Box(-1.0, 1.0, (5,), np.float32),
+        spaces.Box(-np.inf, np.inf, (6,), np.float32),
+        spaces.Discrete(6),
+    ]
+    for other in cases:
+        assert _same_space(box, other) is (other == box)
+    assert _same_space(box, box)
+    inf = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    assert _same_space(inf, spaces.Box(-np.inf, np.inf, (2,), np.float64)) is True
+    assert _same_space(spaces.Discrete(2), spaces.Discrete(2))
+    assert not _same_space(spaces.Discrete(2), spaces.Discrete(3))

@@ -379,7 +379,7 @@ def run_lockstep(
     for i in range(len(envs)):
         yield from fill(i)
     space = envs[0].action_space  # copies of one cell's environment share it: checked per batch
-    shared = all(env.action_space == space for env in envs[1:])
+    shared = all(_same_space(space, env.action_space) for env in envs[1:])
     box = BoxBatch(space) if shared and isinstance(space, spaces.Box) else None
     discrete = DiscreteBatch(space) if shared and isinstance(space, spaces.Discrete) else None
 
@@ -495,6 +495,23 @@ def run_lockstep(
     finally:  # a run that stops early still reads what it sent: the next request gets its reply
         for _, _, reply in in_flight:
             reply()
+
+
+def _same_space(space: gym.Space, other: gym.Space) -> bool:
+    """``other == space``, decided without numpy's ``allclose`` for two boxes of one shape and
+    dtype whose bounds are the same bytes and hold no NaN (``Box.__eq__`` is then true:
+    callgrind, 288k instructions for two HalfCheetah boxes, once per copy and chunk)."""
+    if (
+        type(space) is spaces.Box
+        and type(other) is spaces.Box
+        and other.shape == space.shape
+        and other.dtype == space.dtype
+        and other.low.tobytes() == space.low.tobytes()
+        and other.high.tobytes() == space.high.tobytes()
+        and not (np.isnan(space.low).any() or np.isnan(space.high).any())
+    ):
+        return True
+    return bool(other == space)
 
 
 #: a row whose call's reply was not accepted whole: :func:`to_action` judges it alone

@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from safecert import __version__
+from safecert.cli.blas import let_idle_threads_sleep
 from safecert.cli.collector import command_process
 from safecert.errors import SafecertError
 from safecert.extras import COMMANDS, missing_extra, require_command
@@ -201,7 +202,10 @@ def _requiring(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the command; map errors to exit codes (see module docstring). Without ``argv`` the
     command line is this process's own, which ends with it: the garbage collector is then set
-    for a short process (:mod:`safecert.cli.collector`)."""
+    for a short process (:mod:`safecert.cli.collector`) and idle BLAS threads sleep at once
+    (:mod:`safecert.cli.blas`)."""
+    if argv is None:
+        let_idle_threads_sleep()
     with command_process(argv is None):
         return _main(argv)
 

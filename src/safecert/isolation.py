@@ -112,6 +112,7 @@ class Channel:
         self.what = what
         self.restarts = 0
         self._proc: procs.VendorProcess | None = None
+        self._ending: list[procs.VendorProcess] = []  # asked to end (:meth:`end`), not reaped
         self._buf = b""
         self._stderr = b""
         self._started = 0
@@ -179,13 +180,14 @@ class Channel:
             _pin(proc.vendor_pid, _COLOCATION.mask)
 
     def _kill(self) -> None:
-        """Kill and reap the child and every process it started (``setsid`` ones included)."""
+        """Kill and reap the child and every process it started (``setsid`` ones included), and
+        those :meth:`end` asked to end."""
         proc, self._proc = self._proc, None
         self._unsettled = False
-        if proc is None:
-            return
-        proc.kill()
-        _close(proc.stdin, proc.stdout, proc.stderr)
+        ending, self._ending = self._ending, []
+        for child in (*ending, *(() if proc is None else (proc,))):
+            child.kill()
+            _close(child.stdin, child.stdout, child.stderr)
 
     def _crashed(self, proc: procs.VendorProcess, what: str) -> ChannelFailure:
         try:
@@ -383,14 +385,27 @@ class Channel:
         line, self._buf = bytes(buf[:newline]), bytes(buf[newline + 1 :])
         return line
 
+    def end(self) -> None:
+        """:meth:`close` in two halves, for safecert's own workers (``handshake``): ask the child
+        to end now and return at once — its supervisor clears the subtree, which frees the
+        worker's memory (a few milliseconds for a NumPy process), while the caller goes on — and
+        let :meth:`close` reap it. A request after this goes to a fresh child, as after
+        ``close``. A no-op while requests are in flight, and for a vendor's program (whose
+        ``close`` is polite: end of input first, then time to exit)."""
+        proc = self._proc
+        if proc is None or not self.handshake or self._in_flight:
+            return
+        self._proc, self._unsettled = None, False
+        self._ending.append(proc)
+        proc.end()
+
     def close(self) -> None:
         """Close the child's stdin (a polite end of input), give it 1 s to exit, then kill and
         reap it and everything it started (safe to call twice). safecert's own workers
-        (``handshake``) have nothing to save: they are killed at once."""
+        (``handshake``) have nothing to save: they are killed at once (one :meth:`end` asked to
+        end is reaped)."""
         proc = self._proc
-        if proc is None:
-            return
-        if self.handshake:
+        if proc is None or self.handshake:
             self._kill()
             return
         try:

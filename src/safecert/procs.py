@@ -343,9 +343,7 @@ class VendorProcess:
             self.started()
         if self._popen.poll() is None:
             if self.supervised:
-                with contextlib.suppress(OSError):
-                    self._popen.send_signal(signal.SIGTERM)  # the supervisor's close request
-                    self._popen.send_signal(signal.SIGCONT)  # an uncontained vendor stopped it
+                self._ask_to_end()
                 try:
                     self._wait_exit(KILL_WAIT_S)
                 except subprocess.TimeoutExpired:
@@ -358,6 +356,26 @@ class VendorProcess:
             # a supervisor the vendor killed or stopped left its subtree to us (in reaping())
             orphans.sweep_adopted()
         orphans.forget(self._popen.pid)
+
+    def end(self) -> None:
+        """Ask the vendor to end and return at once (:meth:`kill` without its wait): the
+        supervisor clears the subtree while the caller goes on, and :meth:`kill` then waits only
+        for what is left of that, and reaps. Unsupervised, its process group is SIGKILLed. Safe
+        to call twice, and after the vendor exited."""
+        with contextlib.suppress(OSError):  # a supervisor mid-start is asked once set up
+            self.started()
+        if self._popen.poll() is not None:
+            return
+        if self.supervised:
+            self._ask_to_end()
+        else:
+            with contextlib.suppress(OSError):  # not reaped yet: the pid names its group
+                os.killpg(self._popen.pid, signal.SIGKILL)
+
+    def _ask_to_end(self) -> None:
+        with contextlib.suppress(OSError):
+            self._popen.send_signal(signal.SIGTERM)  # the supervisor's close request
+            self._popen.send_signal(signal.SIGCONT)  # an uncontained vendor stopped it
 
     def _wait_exit(self, timeout: float) -> int:
         """``Popen.wait(timeout)``, woken by the supervisor's exit itself (a pidfd, Linux 5.3 and

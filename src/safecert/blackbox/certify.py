@@ -292,9 +292,21 @@ def certify(
         tracker = fixed_tracker(plan, store, events)
         tracker.start()
         run_jobs(backend, plan.all_jobs(store.done()), ctx, store, progress=tracker)
+        end_policy_worker(oracle)
         cert = finish(plan, store, out_dir, sign_key=sign_key)
         tracker.finish(cert.verdict)
         return cert
+
+
+def end_policy_worker(oracle: Oracle) -> None:
+    """The run has no more calls for ``oracle``: a policy worker of safecert's own is asked to
+    end now (:meth:`safecert.isolation.Channel.end`), so its teardown — freeing a NumPy process
+    takes a few milliseconds — overlaps the judging and the certificate's writing instead of
+    coming after them; :func:`lent_oracle` reaps it when the run ends, as before. Any other
+    oracle is left to :func:`lent_oracle` to close."""
+    channel = getattr(oracle, "channel", None)
+    if channel is not None:
+        channel.end()
 
 
 def fixed_tracker(plan: RunPlan, store: EpisodeStore, events: Events) -> RunTracker:

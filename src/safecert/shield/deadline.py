@@ -236,7 +236,11 @@ def _hold(cpu: int | None) -> set[int] | None:
     with a Python action map: 44–95 µs against a p50 of 15 µs, 120–160 of 20,000 callers moved;
     ``benchmarks/RESULTS_guard.md``). Held, the caller is woken where it waited and runs as soon
     as the worker goes back to waiting. It costs two system calls (about 3 µs a check), so it is
-    done only where callers were seen to move; between checks the thread runs wherever it may."""
+    done only where callers were seen to move; between checks the thread runs wherever it may.
+    Only the threaded form holds (:func:`call_with_deadline`). A wait on an event loop's thread
+    (:func:`acall_with_deadline`) is not held: a gateway's loop shares the CPUs with its client
+    and upstream, which the reply it has just written wakes, and holding it was not seen to help
+    there (``benchmarks/RESULTS_guard.md``)."""
     if cpu is None or not _callers_move[0]:
         return None
     try:
@@ -300,18 +304,9 @@ async def acall_with_deadline(
     worker as a timeout does."""
     start = time.monotonic()
     blocking = min(_LOOP_WAIT.get(), timeout_s)
-    if blocking > 0:
-        cpu = _caller_cpu()
-        own = _hold(cpu)
-        try:
-            worker = _submit(fn, args, cpu)
-            in_time = worker.done.acquire(timeout=blocking)
-        finally:
-            _let_go(cpu, own)
-        if in_time:
-            return _result(worker.take())
-    else:
-        worker = _submit(fn, args, None)
+    worker = _submit(fn, args, _caller_cpu() if blocking > 0 else None)
+    if blocking > 0 and worker.done.acquire(timeout=blocking):
+        return _result(worker.take())
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()
 

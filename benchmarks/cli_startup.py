@@ -7,7 +7,10 @@ records both wall time and CPU time (user + system of the child, from ``getrusag
 sensitive to other jobs on a shared machine). The CPU time does NOT include safecert's policy and
 environment workers: they are reaped by their supervisor, whose ``getrusage`` never reaches this
 process (a policy that burns 3 s of CPU adds nothing to it), so an isolated run's CPU ratio
-understates its cost; compare isolated runs by wall time. Reported per row: the medians, and the ratio
+understates its cost; compare isolated runs by wall time. The hand loop's CPU time also holds the
+≈ 0.1 s an idle OpenBLAS thread spins after NumPy loads, which a ``safecert`` process does not
+spend (it sets ``OPENBLAS_THREAD_TIMEOUT``: ``safecert.cli.blas``), so CPU ratios favour ``safecert``
+by that much; the wall times are what counts. Reported per row: the medians, and the ratio
 command / baseline of each repeat pair as median [min–max]. Bytecode is compiled once before
 timing (a warm-up run of each command with bytecode writing allowed), as an installed package has
 it. Tasks:

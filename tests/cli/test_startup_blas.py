@@ -44,11 +44,7 @@ print(json.dumps([code, os.environ.get("OPENBLAS_THREAD_TIMEOUT")]))
 
 
 def _environment(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT")
-    }
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
     return {**env, **extra}
 
 
@@ -84,13 +80,11 @@ def test_the_policy_worker_of_a_certify_process_lets_idle_blas_threads_sleep(tmp
 def test_a_safecert_process_sets_the_idle_spin_unless_the_user_did():
     assert _shown() == [0, "4"]
     assert _shown(OPENBLAS_THREAD_TIMEOUT="20") == [0, "20"]
-    assert _shown(GOTO_THREAD_TIMEOUT="20") == [0, None]  # the older name, read by OpenBLAS
 
 
 def test_main_called_in_another_program_sets_nothing(monkeypatch):
     from safecert.cli.main import main
 
     monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
-    monkeypatch.delenv("GOTO_THREAD_TIMEOUT", raising=False)
     assert main(["--version"]) == 0
     assert "OPENBLAS_THREAD_TIMEOUT" not in os.environ

@@ -9,13 +9,14 @@ imports half a core (SafeCartPole, isolated policy: the engine's imports took 16
 
 So, when :func:`safecert.cli.main.main` runs the process's own command line,
 :func:`let_idle_threads_sleep` sets ``OPENBLAS_THREAD_TIMEOUT=4`` (2**4 cycles, OpenBLAS's least)
-unless the user set it or its older name ``GOTO_THREAD_TIMEOUT``: in this process and in every
-process it starts (policy and environment workers, pool workers, ``exec:`` vendors, which inherit
-its environment), an idle BLAS thread sleeps at once and wakes for the next call. Results do not
-change: the variable says how long an idle thread waits before it sleeps, not how many threads
-share a call nor how a call's work is split. It must be set before NumPy is first imported
-(OpenBLAS reads it once, when it is loaded); ``safecert``'s commands import NumPy only after
-``main`` starts. Called in another program (``main(argv)``: tests, notebooks), nothing is set.
+unless the user set it: in this process and in every process it starts (policy and environment
+workers, pool workers, ``exec:`` vendors, which inherit its environment), an idle BLAS thread
+sleeps at once and wakes for the next call. Results do not change: the variable says how long an
+idle thread waits before it sleeps, not how many threads share a call nor how a call's work is
+split. It must be set before NumPy is first imported (OpenBLAS reads it once, when it is loaded);
+``safecert``'s commands import NumPy only after ``main`` starts. Called in another program
+(``main(argv)``: tests, notebooks), nothing is set. (This OpenBLAS reads no other name for it:
+``GOTO_THREAD_TIMEOUT=4`` still spins.)
 """
 
 from __future__ import annotations
@@ -27,7 +28,5 @@ IDLE_SPIN = "4"
 
 
 def let_idle_threads_sleep() -> None:
-    """Set ``OPENBLAS_THREAD_TIMEOUT`` for this process and its children, unless the user set it
-    (or ``GOTO_THREAD_TIMEOUT``)."""
-    if "OPENBLAS_THREAD_TIMEOUT" not in os.environ and "GOTO_THREAD_TIMEOUT" not in os.environ:
-        os.environ["OPENBLAS_THREAD_TIMEOUT"] = IDLE_SPIN
+    """Set ``OPENBLAS_THREAD_TIMEOUT`` for this process and its children, unless the user set it."""
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", IDLE_SPIN)

@@ -78,6 +78,47 @@ def route_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(_log_mujoco_warning)
 
 
+#: each robot's XML compiled once per process (by model file): the master copies are never
+#: handed out, only copies of them
+_COMPILED: dict[str, Any] = {}
+
+
+def _with_compiled_model(cls: type[gym.Env], kwargs: dict[str, Any]) -> gym.Env:
+    """``cls(**kwargs)``, a Gymnasium MuJoCo environment, whose ``MjModel`` is a copy of the
+    model file compiled once per process instead of a fresh compile of the XML.
+
+    Gymnasium builds an environment's simulation in ``MujocoEnv._initialize_simulation``
+    (compile the XML, widen the offscreen buffer to the render size, make the ``MjData``); here
+    the same method runs on a copy (``mj_copyModel``) of that file's compiled model: the same
+    model, its own buffers (a physical shift of one copy changes no other), the same data,
+    and so the same steps bit for bit (tests/blackbox/test_perstep_paths.py). The class is ``cls``
+    itself. A rollout builds one environment per lockstep copy: 16 HalfCheetah copies took
+    37–44 ms compiled one by one and 17–22 ms as copies (benchmarks/RESULTS_speed.md, round 9).
+    """
+    import copy
+
+    import mujoco
+
+    env = cls.__new__(cls)
+
+    def initialize_simulation() -> tuple[Any, Any]:
+        path = env.fullpath  # type: ignore[attr-defined]
+        master = _COMPILED.get(path)
+        if master is None:
+            master = _COMPILED[path] = mujoco.MjModel.from_xml_path(path)
+        model = copy.copy(master)
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, env.width)  # type: ignore[attr-defined]
+        model.vis.global_.offheight = max(model.vis.global_.offheight, env.height)  # type: ignore[attr-defined]
+        return model, mujoco.MjData(model)
+
+    env._initialize_simulation = initialize_simulation  # type: ignore[attr-defined]
+    try:
+        cls.__init__(env, **kwargs)
+    finally:
+        del env._initialize_simulation  # type: ignore[attr-defined]
+    return env
+
+
 def make_velocity_env(
     robot: str, velocity_threshold: float | None = None, **kwargs: Any
 ) -> VelocityCost:
@@ -96,6 +137,6 @@ def make_velocity_env(
 
     route_mujoco_warnings()
     classes = {"Hopper": HopperEnv, "HalfCheetah": HalfCheetahEnv, "Ant": AntEnv}
-    base = classes[robot](**kwargs)
+    base = _with_compiled_model(classes[robot], kwargs)
     threshold = VELOCITY_THRESHOLDS[robot] if velocity_threshold is None else velocity_threshold
     return VelocityCost(base, threshold, planar=robot in PLANAR)

@@ -8,20 +8,18 @@
   value is inside, NaN, infinities and overflowing sums included.
 - The rollout reads a ``spec.cost`` of one ``info`` key inline (``EpisodeSpec.info_read``):
   each step's cost, or the failure, is what ``step_cost`` gives on that step's scope.
-- The policy worker's request lines (``worker.requests``, which polls before it sleeps) are
-  those of a plain read, however the bytes arrive.
+- Copies of the action space are compared without ``allclose`` where that gives gym's answer.
+- A MuJoCo velocity task built on a copy of its once-compiled model has the model and the
+  steps, bit for bit, of Gymnasium's own build, and a model of its own.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import os
-import threading
-import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,7 +27,6 @@ from hypothesis import strategies as st
 from safecert.blackbox.actions import BoxBatch
 from safecert.blackbox.config import RunConfig
 from safecert.blackbox.jobs import EpisodeJob, episode_seed
-from safecert.blackbox.oracles.worker import requests
 from safecert.blackbox.rollout import run_lockstep
 from safecert.blackbox.spec import compile_spec, step_scope
 from safecert.expressions import EvalError
@@ -157,36 +154,6 @@ def _zeros(obs: np.ndarray) -> np.ndarray:
     return np.zeros(len(obs), dtype=np.int64)
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=8),
-    st.booleans(),
-    st.lists(st.integers(1, 30), min_size=1, max_size=6),
-)
-def test_the_workers_request_lines_are_those_of_a_plain_read(lines, last_open, cuts):
-    data = b"".join(line + b"\n" for line in lines) + (b"tail" if last_open else b"")
-    read, write = os.pipe()
-
-    def feed() -> None:
-        rest, k = data, 0
-        while rest:
-            n = cuts[k % len(cuts)]
-            os.write(write, rest[:n])
-            rest, k = rest[n:], k + 1
-            if k % 3 == 0:
-                time.sleep(0.002)  # past the poll: the reader sleeps in a blocking read
-        os.close(write)
-
-    feeder = threading.Thread(target=feed)
-    feeder.start()
-    try:
-        got = list(requests(read, poll_s=0.0005))
-    finally:
-        feeder.join()
-        os.close(read)
-    assert got == io.BytesIO(data).readlines()  # the lines a file read gives
-
-
 def test_copies_share_a_space_exactly_when_gym_says_they_are_equal():
     from safecert.blackbox.rollout import _same_space
 
@@ -207,3 +174,160 @@ def test_copies_share_a_space_exactly_when_gym_says_they_are_equal():
     assert _same_space(inf, spaces.Box(-np.inf, np.inf, (2,), np.float64)) is True
     assert _same_space(spaces.Discrete(2), spaces.Discrete(2))
     assert not _same_space(spaces.Discrete(2), spaces.Discrete(3))
+
+
+@pytest.mark.parametrize("robot", ["HalfCheetah", "Hopper", "Ant"])
+def test_a_copy_of_the_compiled_model_steps_as_a_fresh_compile(robot):
+    from gymnasium.envs.mujoco.ant_v5 import AntEnv
+    from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
+    from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
+
+    from safecert.envs.velocity import _COMPILED, make_velocity_env
+
+    cls = {"HalfCheetah": HalfCheetahEnv, "Hopper": HopperEnv, "Ant": AntEnv}[robot]
+    fresh = cls()  # Gymnasium's own build: a compile of the XML
+    a, b = make_velocity_env(robot), make_velocity_env(robot)
+    assert type(a.unwrapped) is cls and "_initialize_simulation" not in vars(a.unwrapped)
+    for name in ("body_mass", "geom_friction", "dof_damping", "actuator_ctrlrange"):
+        assert getattr(a.unwrapped.model, name).tobytes() == getattr(fresh.model, name).tobytes()
+    assert a.unwrapped.model.vis.global_.offwidth == fresh.model.vis.global_.offwidth
+    # each environment has its own model: a physical shift of one changes no other
+    master = _COMPILED[fresh.fullpath]
+    b.unwrapped.model.body_mass[1] *= 2.0
+    assert a.unwrapped.model.body_mass[1] == fresh.model.body_mass[1] == master.body_mass[1]
+    rng = np.random.default_rng(3)
+    actions = rng.uniform(-1.0, 1.0, (60, *fresh.action_space.shape))
+    runs = []
+    for env in (fresh, a.unwrapped):
+        obs, _ = env.reset(seed=11)
+        steps = [obs.tobytes()]
+        for action in actions:
+            obs, reward, terminated, _, info = env.step(action)
+            steps.append((obs.tobytes(), reward, terminated, sorted(info.items())))
+            if terminated:
+                break
+        runs.append(steps)
+    assert runs[0] == runs[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=8),
+    st.booleans(),
+    st.lists(st.integers(1, 30), min_size=1, max_size=6),
+    st.booleans(),
+)
+def test_the_workers_request_lines_are_those_of_a_plain_read(lines, last_open, cuts, polling):
+    import io
+    import os
+    import threading
+    import time
+
+    from safecert.blackbox.oracles.worker import requests
+
+    data = b"".join(line + b"\n" for line in lines) + (b"tail" if last_open else b"")
+    read, write = os.pipe()
+
+    def feed() -> None:
+        rest, k = data, 0
+        while rest:
+            n = cuts[k % len(cuts)]
+            os.write(write, rest[:n])
+            rest, k = rest[n:], k + 1
+            if k % 3 == 0:
+                time.sleep(0.002)  # past the poll: the reader sleeps in a blocking read
+        os.close(write)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        got = list(requests(read, [polling], poll_s=0.0005))
+    finally:
+        feeder.join()
+        os.close(read)
+    assert got == io.BytesIO(data).readlines()  # the lines a file read gives
+
+
+def test_a_worker_told_to_poll_answers_the_same(tmp_path):
+    """The policy worker's replies do not depend on the polling signals, sent at any time (one
+    that arrives before the worker has set its handlers is ignored: it is not killed)."""
+    import json
+    import subprocess
+    import sys
+
+    from safecert.blackbox.oracles.worker import POLL_OFF, POLL_ON
+
+    (tmp_path / "pol.py").write_text(
+        "import numpy as np\n\ndef act(obs):\n    return (np.asarray(obs)[:, 0] > 0).astype(int)\n"
+    )
+    requests = [
+        json.dumps({"observations": [[0.5, 1.0], [-0.5, 2.0], [0.1, 0.0]], "calls": [1, 2]}),
+        json.dumps({"observations": [[-1.0, 0.0]]}),
+        json.dumps({"observations": [[2.0, 0.0], [0.0, 0.0]], "calls": [1, 1]}),
+    ]
+
+    def answers(signals: bool) -> list[bytes]:
+        cmd = [sys.executable, "-I", "-B", "-m", "safecert.blackbox.oracles.worker"]
+        proc = subprocess.Popen(
+            [*cmd, "python", "pol:act", str(tmp_path), "1"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        if signals:
+            proc.send_signal(POLL_ON)  # perhaps before its handlers: ignored
+        assert proc.stdout.readline() == b'{"ready":true}\n'
+        out = []
+        for k, request in enumerate(requests):
+            if signals:
+                proc.send_signal(POLL_ON if k != 1 else POLL_OFF)
+            proc.stdin.write(request.encode() + b"\n")
+            proc.stdin.flush()
+            out.append(proc.stdout.readline())
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+        return out
+
+    plain = answers(False)
+    assert plain[0].startswith(b'{"calls":[{"actions":[1]}') and len(plain) == 3
+    assert answers(True) == plain
+
+
+def test_a_lone_run_tells_its_worker_to_poll_while_it_posts_ahead(tmp_path, monkeypatch):
+    """Posting ahead, the run tells its policy worker to poll once the worker has answered, and
+    to stop before it brings the worker back to its own CPU; a run that takes turns tells it
+    nothing."""
+    import os
+    import tempfile
+
+    from safecert.blackbox import backends
+    from safecert.blackbox.backends import LocalBackend, RunContext
+    from safecert.blackbox.oracles.worker import POLL_OFF, POLL_ON
+    from safecert.blackbox.plan import plan_run
+    from tests.blackbox.pipeline_helpers import write_run
+    from tests.blackbox.test_step_path import SLEEPY_RUN
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no CPU of its own for the policy worker")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
+    (tmp_path / "sleepy.py").write_text(
+        "import time\nimport numpy as np\n\ndef act(obs):\n    time.sleep(0.002)\n"
+        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
+    )
+    plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
+    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+    sent: list[tuple[int, int]] = []
+    real = backends._signal
+    monkeypatch.setattr(
+        backends, "_signal", lambda pid, sig: (sent.append((pid, sig)), real(pid, sig))
+    )
+    with LocalBackend(1) as backend:
+        list(backend.run(plan.all_jobs(), ctx))
+        worker = backend._worker
+        assert worker is not None and worker.apart is not None
+        if not sent:
+            pytest.skip("another run holds the other CPU")
+        pid = worker.apart.pid
+        assert sent == [(pid, POLL_ON), (pid, POLL_OFF)]  # the sleepy worker kept it waiting
+        list(backend.run(plan.all_jobs(), ctx))  # on one CPU now: nothing more to tell
+        assert sent == [(pid, POLL_ON), (pid, POLL_OFF)]

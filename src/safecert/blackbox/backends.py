@@ -231,10 +231,15 @@ class Worker:
         in turn, so its requests are the same whether they are posted ahead or not. Posting
         ahead pays only while the worker's own CPU is free: the run's time is then the
         rollout's plus the time it waited for replies, against the rollout's plus the worker's
-        (and two context switches a step) when they take turns on one CPU. A run that waited
-        longer for replies than the worker spent answering them (its CPU is busy with other
-        work) brings the worker back to the rollout's CPU for the rest of the run
-        (:func:`safecert.isolation.rejoin`). Execution only: the records are the same."""
+        (and two context switches a step) when they take turns on one CPU. While it posts ahead
+        the worker is told to poll for the next request after each reply
+        (:data:`~safecert.blackbox.oracles.worker.POLL_ON`, sent once it has answered): the
+        rollout's request then finds it awake instead of waking it on the other CPU. A run that
+        waited longer for replies than the worker spent answering them (its CPU is busy with
+        other work) tells it to stop polling and brings it back to the rollout's CPU for the
+        rest of the run (:func:`safecert.isolation.rejoin`). Execution only: the records are
+        the same."""
+        from safecert.blackbox.oracles.worker import POLL_OFF, POLL_ON
         from safecert.isolation import ChannelFailure, cpu_seconds, has_own_cpu, rejoin
 
         apart, post = self.apart, self.post
@@ -244,7 +249,7 @@ class Worker:
         if post is None or apart is None or not has_own_cpu(apart) or apart.pid is None:
             yield post, False
             return
-        pid, waited = apart.pid, [0.0]
+        pid, waited, told = apart.pid, [0.0], [False]
 
         def timed(observations: np.ndarray, size: int) -> Reply:
             reply = post(observations, size)
@@ -255,6 +260,9 @@ class Worker:
                     return reply()
                 finally:
                     waited[0] += time.perf_counter() - began
+                    if not told[0] and apart.pid == pid:  # it has answered: it heeds the signal
+                        told[0] = True
+                        _signal(pid, POLL_ON)
 
             return wait
 
@@ -262,6 +270,7 @@ class Worker:
         yield timed, True
         after = cpu_seconds(pid) if apart.pid == pid else None
         if before is None or after is None or waited[0] > after - before:
+            _signal(pid, POLL_OFF)
             rejoin(apart)
 
     def stay_colocated(self) -> None:
@@ -285,6 +294,12 @@ class Worker:
 
 _WORKER: Worker | None = None
 ABORT_WAIT_S = 5.0
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Send ``signum`` to the policy worker ``pid`` (a no-op when it has gone)."""
+    with suppress(OSError):
+        os.kill(pid, signum)
 
 
 def _init_worker(ctx: RunContext, owner: int) -> None:

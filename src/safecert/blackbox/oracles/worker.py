@@ -42,6 +42,7 @@ import itertools
 import math
 import os
 import select
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -84,24 +85,28 @@ def _oracle(kind: str, target: str, base_dir: str, batched: bool):  # type: igno
     return TorchScriptOracle(spec)
 
 
-#: how long the worker keeps polling its input for the next request after it has answered one,
-#: before it sleeps in a blocking read (seconds)
-POLL_S = 0.001
+#: how long the worker polls its input for the next request after it has answered one, while
+#: told to poll (seconds)
+POLL_S = 0.0005
+#: the signals that tell the worker to poll (a lone run's worker with a CPU of its own:
+#: :meth:`safecert.blackbox.backends.Worker._posting`) and to stop; both are ignored by default,
+#: so one that reaches a process without these handlers (not started yet) does nothing
+POLL_ON, POLL_OFF = signal.SIGURG, signal.SIGWINCH
 
 
-def requests(fd: int, poll_s: float = POLL_S) -> Iterator[bytes]:
+def requests(fd: int, polling: list[bool], poll_s: float = POLL_S) -> Iterator[bytes]:
     """The request lines read from ``fd`` (each with its newline; a last line without one as
-    it is), until the end of input.
+    it is), until the end of input: the lines, their order and their bytes of a plain read.
 
-    The next line is awaited by polling ``fd`` for up to ``poll_s`` seconds, yielding the CPU
-    between polls, then by a blocking read. A lone run posts a request while this worker,
-    pinned to a CPU of its own, has just answered the last one (benchmarks/RESULTS_speed.md):
-    a request that finds the worker polling is read at once, whereas one that has to wake a
-    sleeping reader on another CPU costs the posting process the wake-up in its ``write`` (an
-    inter-processor interrupt; on a virtual machine, an exit to the hypervisor). Polling spends
-    the worker's own CPU, at most ``poll_s`` a request, and yields it to any other process
-    that wants it (the rollout, when the two share a CPU). The lines, their order and their
-    bytes are those of a plain read."""
+    While ``polling[0]`` is true, the next line is awaited by polling ``fd`` for up to
+    ``poll_s`` seconds, yielding the CPU between polls, before a blocking read. A lone run
+    posts each request while this worker, pinned to a CPU of its own, has just answered the
+    last one: a request that finds the worker polling is read at once, whereas one that has to
+    wake a sleeping reader on another CPU costs the posting process the wake-up in its
+    ``write`` (an inter-processor interrupt; on a virtual machine, an exit to the hypervisor;
+    benchmarks/RESULTS_speed.md, round 9). Only that run tells the worker to poll: a worker
+    that takes turns with its caller on one CPU would poll while its caller waits for that CPU
+    (measured 8–48 % slower)."""
     buf = bytearray()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
@@ -113,9 +118,10 @@ def requests(fd: int, poll_s: float = POLL_S) -> Iterator[bytes]:
             del buf[: end + 1]
             yield line
             continue
-        deadline = clock() + poll_s
-        while not ready(0) and clock() < deadline:
-            pause()
+        if polling[0]:
+            deadline = clock() + poll_s
+            while not ready(0) and clock() < deadline:
+                pause()
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             if buf:
@@ -125,6 +131,9 @@ def requests(fd: int, poll_s: float = POLL_S) -> Iterator[bytes]:
 
 
 def main(argv: list[str]) -> int:
+    polling = [False]  # set and cleared by the run that started this worker (POLL_ON, POLL_OFF)
+    signal.signal(POLL_ON, lambda *_: polling.__setitem__(0, True))
+    signal.signal(POLL_OFF, lambda *_: polling.__setitem__(0, False))
     kind, target, base_dir, batched = argv[1], argv[2], argv[3], argv[4] == "1"
     gated = argv[5:] == ["gated"]
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
@@ -135,7 +144,7 @@ def main(argv: list[str]) -> int:
 
     load_error: str | None = None
     oracle = _oracle(kind, target, base_dir, batched)
-    lines = requests(sys.stdin.fileno())
+    lines = requests(sys.stdin.fileno(), polling)
     first = next(lines, b"") if gated else b""  # gated: load on the first request
     if gated and not first:  # end of input before any request: nothing to load
         return 0

@@ -54,12 +54,13 @@ BEFORE = (
     "rename to a random name, check, then remove."
 )
 
-# The attacker: exchange two real folders back and forth; on SIGTERM finish on an even count
-# (the outside folder back at its path; a bounded number of tries, as the inside one may be gone)
-# and write the count of exchanges done.
+# The attacker: exchange two real folders back and forth, resting ``pause`` seconds each time the
+# outside folder is back at its path (0: never); on SIGTERM finish on an even count (the outside
+# folder back at its path; a bounded number of tries, as the inside one may be gone) and write the
+# count of exchanges done.
 SWAPPER = """
-import ctypes, os, signal, sys
-a, b, count = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3]
+import ctypes, os, signal, sys, time
+a, b, count, pause = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3], float(sys.argv[4])
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD, RENAME_EXCHANGE = -100, 2
 n, stop = 0, False
@@ -73,6 +74,8 @@ while not stop or (n % 2 and tries_after_stop < 10**6):
     tries_after_stop += stop
     if libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0:
         n += 1
+        if pause and n % 2 == 0:
+            time.sleep(pause)
 with open(count, "w") as fh:
     fh.write(str(n))
 """
@@ -172,9 +175,19 @@ def _one(sb: Sandbox, op: str) -> tuple[bool, str]:
 
 
 def race(
-    op: str, n_ops: int, workdir: Path, *, swap: str = "folder", baseline_walks: int = 2_000
+    op: str,
+    n_ops: int,
+    workdir: Path,
+    *,
+    swap: str = "folder",
+    baseline_walks: int = 2_000,
+    pause_s: float = 0.0,
 ) -> RaceResult:
     """Run ``n_ops`` operations of kind ``op`` under the swap race in ``workdir`` (empty).
+
+    The attacker exchanges as fast as it can; ``pause_s`` > 0 has it rest that long after each
+    exchange that put the outside folder back, so that some operations find the tree still
+    (without rests, on a fast machine every operation may meet a swap and be refused).
 
     ``swap="folder"`` exchanges the folder ``workspace/d`` (``production/data`` for chmod) with
     the outside folder; ``swap="file"`` exchanges the file in it (``d/f.txt``; for chmod
@@ -199,6 +212,7 @@ def race(
         sb.execute(ToolCall("write", {"path": "d/f.txt", "content": "inside"}))
     count = workdir / "swaps"
     argv = [sys.executable, "-c", SWAPPER, str(root.joinpath(*parts)), str(target), str(count)]
+    argv.append(repr(pause_s))
     attacker = subprocess.Popen(argv)
     escapes = succeeded = hits = walks = 0
     t0 = time.perf_counter()

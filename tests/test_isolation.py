@@ -248,3 +248,38 @@ def test_colocated_gives_a_worker_apart_its_own_cpu(tmp_path, monkeypatch):
     finally:
         apart.close()
         other.close()
+
+
+@pytest.fixture
+def descriptors_past_1024():
+    """More than 1024 descriptors open in this process (the soft limit raised where needed), so
+    the next ones opened are numbered 1024 and above: select(2) refuses those, poll(2) takes
+    them. Closed and the limit put back after the test."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"the hard limit on open files is {hard}: no descriptor reaches 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_vendor_runs_and_ends_with_descriptors_numbered_past_1024(
+    tmp_path, descriptors_past_1024
+):
+    """A judge holding many descriptors (the soft limit is often far above 1024: a gateway with
+    many sessions, a run with many workers) still starts, talks to and ends its vendors: the
+    supervisor's start report, the reply and the exit are waited for by poll(2)."""
+    channel = _echo(tmp_path, 0.0, 5.0)
+    try:
+        assert channel.round_trip(b"beyond") == b"beyond"
+        assert channel.round_trip(b"again") == b"again"
+    finally:
+        channel.close()
+    assert channel.restarts == 0

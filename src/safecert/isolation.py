@@ -123,6 +123,11 @@ class Channel:
         #: the request line)
         self._in_flight: collections.deque[tuple[int, float, float, bytes]] = collections.deque()
         self._replies: dict[int, bytes | ChannelFailure] = {}  # read, not yet collected
+        #: the child's poll(2) set (select(2) refuses descriptors from 1024 on): its output and
+        #: error output while open, its input while requests wait to be written (``_writing``)
+        self._polled: procs.VendorProcess | None = None
+        self._poller = select.poll()
+        self._writing = False
         self._out = bytearray()  # request bytes the pipe has not taken yet
         self._next_ticket = 0
         self._answered = 0.0  # when the last reply was read
@@ -332,13 +337,22 @@ class Channel:
         """The bytes of the requests in flight behind the oldest one."""
         return sum(len(line) + 1 for _, _, _, line in itertools.islice(self._in_flight, 1, None))
 
+    def _poll_set(self, proc: procs.VendorProcess) -> select.poll:
+        """The poll(2) set of ``proc``: made at its first read, kept for its next ones."""
+        if self._polled is not proc:
+            self._polled, self._poller, self._writing = proc, select.poll(), False
+            self._poller.register(proc.stdout, select.POLLIN)
+            self._poller.register(proc.stderr, select.POLLIN)
+        return self._poller
+
     def _read_line(
         self, proc: procs.VendorProcess, began: float, grace: float, timeout_s: float
     ) -> bytes:
         """Read one line, writing what is left of the requests meanwhile, by ``began`` +
         ``timeout_s`` (+ ``grace`` until the child's first byte)."""
         deadline = began + timeout_s + grace
-        readers = [proc.stdout, proc.stderr]
+        poller = self._poll_set(proc)
+        out, err, into = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
         buf = bytearray(self._buf)  # appended in place; only new bytes are searched for "\n"
         newline = buf.find(b"\n")
         while newline < 0:
@@ -350,9 +364,14 @@ class Channel:
                     f"no complete reply within {timeout_s:g}s (deadline of the whole "
                     f"call{extra}); {self.what} killed, restarted on the next call"
                 )
-            writers = [proc.stdin] if self._out else []
-            ready_r, ready_w, _ = select.select(readers, writers, [], remaining)
-            if ready_w:
+            if bool(self._out) is not self._writing:
+                self._writing = bool(self._out)
+                if self._writing:
+                    poller.register(into, select.POLLOUT)
+                else:
+                    poller.unregister(into)
+            ready = [fd for fd, _ in poller.poll(procs.poll_ms(remaining))]
+            if self._writing and into in ready:
                 try:
                     del self._out[: os.write(proc.stdin.fileno(), self._out[:_CHUNK])]
                 except BlockingIOError:
@@ -363,9 +382,9 @@ class Channel:
                     # only requests behind this one were unsent: they go to a fresh child if
                     # this one fails; its reply (or end of output) decides, as had they waited
                     self._out.clear()
-            if proc.stderr in ready_r and not self._drain_stderr(proc):
-                readers.remove(proc.stderr)
-            if proc.stdout in ready_r:
+            if err in ready and not self._drain_stderr(proc):
+                poller.unregister(err)  # at its end: not polled again for this child
+            if out in ready:
                 data = proc.stdout.read(_CHUNK)
                 if data is None:
                     continue

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import signal
@@ -58,6 +59,21 @@ _PR_SET_PDEATHSIG = 1
 _log = logging.getLogger(__name__)
 
 
+def readable(fd: int, timeout_s: float | None) -> bool:
+    """Whether ``fd`` is readable (or at its end, or in error) within ``timeout_s`` seconds
+    (``None``: wait until it is). By poll(2), which takes a descriptor of any number: select(2)
+    refuses 1024 and above, which a process holding many files reaches where the soft limit on
+    open files is higher (often)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout_s is None else poll_ms(timeout_s)))
+
+
+def poll_ms(timeout_s: float) -> int:
+    """A timeout in seconds as poll(2)'s whole milliseconds, rounded up (never a busy wait)."""
+    return max(0, math.ceil(timeout_s * 1000))
+
+
 def die_with_parent() -> bool:
     """Ask the kernel to SIGKILL this process when its parent (thread) dies (worker processes)."""
     return orphans.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -77,7 +93,7 @@ def exit_with(pid: int, cleanup: Callable[[], None]) -> threading.Thread:
         except (AttributeError, OSError):
             fd = None
         if fd is not None:
-            select.select([fd], [], [])
+            readable(fd, None)
         else:
             while True:
                 time.sleep(1.0)
@@ -291,7 +307,7 @@ class VendorProcess:
         deadline = time.monotonic() + START_WAIT_S
         while not line.endswith(b"\n"):
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            if remaining <= 0 or not readable(fd, remaining):
                 self._force_kill()
                 orphans.forget(self._popen.pid)
                 raise OSError(f"the vendor supervisor did not start within {START_WAIT_S:g}s")
@@ -387,7 +403,7 @@ class VendorProcess:
         except (AttributeError, OSError):  # no pidfds here, or already reaped
             return self._popen.wait(timeout)
         try:
-            if not select.select([pidfd], [], [], timeout)[0]:
+            if not readable(pidfd, timeout):
                 raise subprocess.TimeoutExpired(self._popen.args, timeout)
         finally:
             os.close(pidfd)

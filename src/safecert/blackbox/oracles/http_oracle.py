@@ -222,10 +222,9 @@ class DeadlineStream(httpcore.NetworkStream):
 
 
 def _is_readable(sock: socket.socket) -> bool:
-    import select
+    from safecert.procs import readable
 
-    ready, _, _ = select.select([sock], [], [], 0)
-    return bool(ready)
+    return readable(sock.fileno(), 0)
 
 
 class DeadlineBackend(httpcore.NetworkBackend):

@@ -423,7 +423,7 @@ def run_lockstep(
                     truncated = True  # TimeLimit's own rule, where the rollout steps past it
                 if strict:
                     seen_keys.update(info)
-                # spec.info_cost, read here: the value when it is a finite float, else None
+                # spec.info_read, read here: the value when it is a finite float, else None
                 cost = None
                 if cost_key is not None and type(info) is dict:
                     cost = info.get(cost_key, cost_default)

@@ -24,9 +24,7 @@ ends its episode as a failure of kind ``spec`` (conservative). An explicit defau
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -90,15 +88,12 @@ class EpisodeSpec:
     cost: Expression
     goal: Expression
     _what: str = field(init=False, repr=False, compare=False)
-    #: the step's cost read from ``info`` alone, or None (:func:`info_reader`)
-    info_cost: Callable[[Any], float | None] | None = field(init=False, repr=False, compare=False)
-    #: ``(KEY, default)`` of that read, or None (:func:`info_read`): for a caller that reads it
-    #: inline, as ``info_cost`` does
+    #: ``(KEY, default)`` when the step's cost is one read of ``info``, else None
+    #: (:func:`info_read`): the rollout reads it inline
     info_read: tuple[str, float | None] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_what", f"spec.cost {self.cost.text!r}")
-        object.__setattr__(self, "info_cost", info_reader(self.cost))
         object.__setattr__(self, "info_read", info_read(self.cost))
 
     def step_cost(self, scope: dict[str, Any]) -> float:
@@ -116,36 +111,16 @@ class EpisodeSpec:
 def info_read(cost: Expression) -> tuple[str, float | None] | None:
     """``(KEY, default)`` when ``spec.cost`` is one read of ``info`` by a string key
     (``info["KEY"]``, default None, or ``info.get("KEY", number)``), else None. A caller that
-    reads the step's cost itself does what :func:`info_reader`'s function does: on an ``info``
-    that is a ``dict``, ``info.get(KEY, default)`` is the step's cost when it is a finite Python
-    float; in every other case :meth:`EpisodeSpec.step_cost` decides."""
+    reads the step's cost itself (the rollout) takes, on an ``info`` that is a ``dict``,
+    ``info.get(KEY, default)`` as the step's cost when it is a finite Python float — exactly what
+    :meth:`EpisodeSpec.step_cost` returns on a scope holding this ``info`` (the number,
+    unchanged); in every other case (``info`` not a dict, a missing key, a value of another
+    type, a non-finite one) :meth:`EpisodeSpec.step_cost` decides, which gives the value or the
+    error."""
     read = cost.read
     if read is None or read.name != "info" or not isinstance(read.key, str):
         return None
     return read.key, read.default
-
-
-def info_reader(cost: Expression) -> Callable[[Any], float | None] | None:
-    """For a ``spec.cost`` that is one read of ``info`` (``info["KEY"]``, the shorthand
-    ``info:KEY``, or ``info.get("KEY", number)``: :class:`~safecert.expressions.Read`), a function
-    of the step's ``info`` alone: the value read when it is a finite Python float — exactly what
-    :meth:`EpisodeSpec.step_cost` returns on a scope holding this ``info`` (the number,
-    unchanged) — and None in every other case (``info`` not a dict, a missing key, a value of
-    another type, a non-finite one), where the caller evaluates :meth:`EpisodeSpec.step_cost`,
-    which gives the value or the error. None for any other expression."""
-    found = info_read(cost)
-    if found is None:
-        return None
-    (key, default), isfinite = found, math.isfinite
-
-    def info_cost(info: Any) -> float | None:
-        if type(info) is dict:
-            value = info.get(key, default)
-            if type(value) is float and isfinite(value):
-                return value
-        return None
-
-    return info_cost
 
 
 @lru_cache(maxsize=64)
@@ -166,6 +141,5 @@ __all__ = [
     "cost_expression",
     "goal_expression",
     "info_read",
-    "info_reader",
     "step_scope",
 ]

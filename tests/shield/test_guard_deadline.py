@@ -117,6 +117,23 @@ def _where() -> tuple[int, set[int], int]:
     return cpu, os.sched_getaffinity(0), threading.get_native_id()
 
 
+def _in_a_thread(body) -> None:
+    """Run ``body()`` on a thread of its own (its CPUs are its own to change; the test's thread
+    keeps its own) and re-raise here what it raised."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:  # re-raised in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30.0)
+    assert not thread.is_alive() and not failed, failed
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
 def test_a_waited_for_worker_runs_on_its_callers_cpu_and_is_let_go_otherwise():
     """A caller that blocks for the answer keeps its worker on the one CPU the caller runs on
@@ -166,21 +183,14 @@ def test_a_caller_that_moves_takes_the_worker_kept_on_its_new_cpu_and_none_is_mo
     a, b = sorted(os.sched_getaffinity(0))[:2]
     seen: list[tuple[int, set[int], int]] = []
     kept: list[set[int]] = []
-    failed: list[BaseException] = []
 
-    def caller() -> None:  # a thread of its own: the test's thread keeps its CPUs
-        try:
-            for cpu in (a, b, a):
-                os.sched_setaffinity(0, {cpu})
-                seen.append(call_with_deadline(_where, (), 5.0))
-                kept.append(os.sched_getaffinity(seen[0][2]))
-        except BaseException as exc:  # re-raised in the test's thread
-            failed.append(exc)
+    def caller() -> None:
+        for cpu in (a, b, a):
+            os.sched_setaffinity(0, {cpu})
+            seen.append(call_with_deadline(_where, (), 5.0))
+            kept.append(os.sched_getaffinity(seen[0][2]))
 
-    thread = threading.Thread(target=caller)
-    thread.start()
-    thread.join(30.0)
-    assert not failed, failed
+    _in_a_thread(caller)
     assert [(ran_on, affinity) for ran_on, affinity, _ in seen] == [
         (a, {a}), (b, {b}), (a, {a})
     ]  # fmt: skip
@@ -209,9 +219,7 @@ def test_a_forked_child_gets_answers_from_workers_of_its_own():
             os._exit(0 if ok else 1)
         outcome.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 
-    thread = threading.Thread(target=parent)
-    thread.start()
-    thread.join(30.0)
+    _in_a_thread(parent)
     assert outcome == [0]
 
 
@@ -230,40 +238,33 @@ def test_once_a_caller_is_woken_elsewhere_every_wait_is_held_on_its_cpu_and_put_
     monkeypatch.setattr(deadline, "_callers_move", [False])
     a, b = sorted(os.sched_getaffinity(0))[:2]
     seen: list[object] = []
-    failed: list[BaseException] = []
 
-    def caller() -> None:  # a thread of its own, on two CPUs
+    def caller() -> None:  # on two CPUs
         me = threading.get_native_id()
-        try:
-            os.sched_setaffinity(0, {a, b})
-            seen.append(call_with_deadline(os.sched_getaffinity, (me,), 5.0))  # not held
-            deadline._callers_move[0] = False  # in case the scheduler itself moved the caller
+        os.sched_setaffinity(0, {a, b})
+        seen.append(call_with_deadline(os.sched_getaffinity, (me,), 5.0))  # not held
+        deadline._callers_move[0] = False  # in case the scheduler itself moved the caller
 
-            def move_the_caller() -> int:  # the caller sleeps on its CPU; it wakes on the other
-                waited_on = next(iter(os.sched_getaffinity(0)))  # the worker's = the caller's CPU
-                os.sched_setaffinity(me, {a, b} - {waited_on})
-                return waited_on
+        def move_the_caller() -> int:  # the caller sleeps on its CPU; it wakes on the other
+            waited_on = next(iter(os.sched_getaffinity(0)))  # the worker's = the caller's CPU
+            os.sched_setaffinity(me, {a, b} - {waited_on})
+            return waited_on
 
-            call_with_deadline(move_the_caller, (), 5.0)
-            seen.append(list(deadline._callers_move))
-            os.sched_setaffinity(0, {a, b})
-            during = call_with_deadline(os.sched_getaffinity, (me,), 5.0)
-            seen.append((during, os.sched_getaffinity(0)))
-            with pytest.raises(ZeroDivisionError):
-                call_with_deadline(lambda: 1 / 0, (), 5.0)
-            seen.append(os.sched_getaffinity(0))
-            release = threading.Event()
-            with pytest.raises(DeadlineExceeded):
-                call_with_deadline(release.wait, (30.0,), 0.2)
-            release.set()
-            seen.append(os.sched_getaffinity(0))
-        except BaseException as exc:  # re-raised in the test's thread
-            failed.append(exc)
+        call_with_deadline(move_the_caller, (), 5.0)
+        seen.append(list(deadline._callers_move))
+        os.sched_setaffinity(0, {a, b})
+        during = call_with_deadline(os.sched_getaffinity, (me,), 5.0)
+        seen.append((during, os.sched_getaffinity(0)))
+        with pytest.raises(ZeroDivisionError):
+            call_with_deadline(lambda: 1 / 0, (), 5.0)
+        seen.append(os.sched_getaffinity(0))
+        release = threading.Event()
+        with pytest.raises(DeadlineExceeded):
+            call_with_deadline(release.wait, (30.0,), 0.2)
+        release.set()
+        seen.append(os.sched_getaffinity(0))
 
-    thread = threading.Thread(target=caller)
-    thread.start()
-    thread.join(30.0)
-    assert not failed, failed
+    _in_a_thread(caller)
     assert seen[0] == {a, b}  # nobody moved yet: the wait was not held
     assert seen[1] == [True]  # the caller was woken on the other CPU
     during, after = seen[2]

@@ -292,17 +292,14 @@ goal = "steps >= 1"
 """
 
 
-def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_path, monkeypatch):
-    """A policy worker on its own CPU that keeps the rollout waiting longer than it computes
-    (here: it sleeps) is brought back to the rollout's CPU after the run's chunk, and the next
-    chunks wait for each half's calls; the records are the same either way."""
+def sleepy_run(tmp_path, monkeypatch):
+    """The plan and run context of :data:`SLEEPY_RUN`, whose policy sleeps 2 ms a call (so its
+    worker keeps the rollout waiting longer than it computes); skipped on one CPU."""
     import os
     import tempfile
 
-    from safecert.blackbox import rollout
-    from safecert.blackbox.backends import LocalBackend, RunContext
+    from safecert.blackbox.backends import RunContext
     from safecert.blackbox.plan import plan_run
-    from safecert.isolation import has_own_cpu
     from tests.blackbox.pipeline_helpers import write_run
 
     if len(os.sched_getaffinity(0)) < 2:
@@ -313,7 +310,18 @@ def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_pat
         "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
     )
     plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
-    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+    return plan, RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+
+
+def test_a_run_that_waits_longer_than_its_worker_works_takes_turns_again(tmp_path, monkeypatch):
+    """A policy worker on its own CPU that keeps the rollout waiting longer than it computes
+    (here: it sleeps) is brought back to the rollout's CPU after the run's chunk, and the next
+    chunks wait for each half's calls; the records are the same either way."""
+    from safecert.blackbox import rollout
+    from safecert.blackbox.backends import LocalBackend
+    from safecert.isolation import has_own_cpu
+
+    plan, ctx = sleepy_run(tmp_path, monkeypatch)
     posting: list[bool] = []  # per chunk: were its calls posted ahead?
     real = rollout.run_lockstep
 

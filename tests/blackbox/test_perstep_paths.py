@@ -252,6 +252,34 @@ def test_the_workers_request_lines_are_those_of_a_plain_read(lines, last_open, c
     assert got == io.BytesIO(data).readlines()  # the lines a file read gives
 
 
+def test_a_request_read_whole_is_handed_on_as_read():
+    """One whole line a read (one round trip a step): the reader hands on the bytes it read,
+    and a read holding a line and a part of the next still splits them."""
+    import os
+    import threading
+    import time
+
+    from safecert.blackbox.oracles.worker import requests
+
+    writes = [b'{"a": 1}\n', b'{"b": 2}\n', b'{"c": 3}\n{"d"', b": 4}\n", b'{"e": 5}\n']
+    read, write = os.pipe()
+
+    def feed() -> None:
+        for piece in writes:
+            os.write(write, piece)
+            time.sleep(0.01)  # each write read on its own
+        os.close(write)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        got = list(requests(read, [False]))
+    finally:
+        feeder.join()
+        os.close(read)
+    assert got == [b'{"a": 1}\n', b'{"b": 2}\n', b'{"c": 3}\n', b'{"d": 4}\n', b'{"e": 5}\n']
+
+
 def test_a_worker_told_to_poll_answers_the_same(tmp_path):
     """The policy worker's replies do not depend on the polling signals, sent at any time (one
     that arrives before the worker has set its handlers is ignored: it is not killed)."""
@@ -301,25 +329,13 @@ def test_a_lone_run_tells_its_worker_to_poll_while_it_posts_ahead(tmp_path, monk
     """Posting ahead, the run tells its policy worker to poll once the worker has answered, and
     to stop before it brings the worker back to its own CPU; a run that takes turns tells it
     nothing."""
-    import os
-    import tempfile
 
     from safecert.blackbox import backends
-    from safecert.blackbox.backends import LocalBackend, RunContext
+    from safecert.blackbox.backends import LocalBackend
     from safecert.blackbox.oracles.worker import POLL_OFF, POLL_ON
-    from safecert.blackbox.plan import plan_run
-    from tests.blackbox.pipeline_helpers import write_run
-    from tests.blackbox.test_step_path import SLEEPY_RUN
+    from tests.blackbox.test_step_path import sleepy_run
 
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("one CPU: no CPU of its own for the policy worker")
-    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
-    (tmp_path / "sleepy.py").write_text(
-        "import time\nimport numpy as np\n\ndef act(obs):\n    time.sleep(0.002)\n"
-        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
-    )
-    plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
-    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+    plan, ctx = sleepy_run(tmp_path, monkeypatch)
     sent: list[tuple[int, int]] = []
     real = backends._signal
     monkeypatch.setattr(

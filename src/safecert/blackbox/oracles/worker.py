@@ -112,7 +112,7 @@ def requests(fd: int, polling: list[bool], poll_s: float = POLL_S) -> Iterator[b
     poller.register(fd, select.POLLIN)
     clock, ready, pause = time.monotonic, poller.poll, os.sched_yield
     while True:
-        end = buf.find(b"\n")
+        end = buf.find(b"\n") if buf else -1
         if end >= 0:
             line = bytes(buf[: end + 1])
             del buf[: end + 1]
@@ -127,6 +127,9 @@ def requests(fd: int, polling: list[bool], poll_s: float = POLL_S) -> Iterator[b
             if buf:
                 yield bytes(buf)
             return
+        if not buf and chunk.find(b"\n") == len(chunk) - 1:
+            yield chunk  # one whole request, as one round trip a step sends it: no copies
+            continue
         buf += chunk
 
 

@@ -351,3 +351,46 @@ def test_a_lone_run_tells_its_worker_to_poll_while_it_posts_ahead(tmp_path, monk
         assert sent == [(pid, POLL_ON), (pid, POLL_OFF)]  # the sleepy worker kept it waiting
         list(backend.run(plan.all_jobs(), ctx))  # on one CPU now: nothing more to tell
         assert sent == [(pid, POLL_ON), (pid, POLL_OFF)]
+
+
+@pytest.mark.parametrize("episodes", [1, 2])
+def test_a_lone_run_of_one_episode_keeps_its_policy_worker_on_its_cpu(
+    tmp_path, monkeypatch, episodes
+):
+    """A lone run gives its policy worker a CPU of its own only when a cell has two episodes
+    to step in halves; with one episode a cell the worker takes turns on the run's CPU (a round
+    trip between two CPUs costs several times one on a CPU). The records are the same."""
+    import os
+    import tempfile
+
+    from safecert.blackbox.backends import LocalBackend, RunContext
+    from safecert.blackbox.jobs import EpisodeJob, episode_seed
+    from safecert.blackbox.plan import plan_run
+    from tests.blackbox.pipeline_helpers import write_run
+    from tests.blackbox.test_step_path import SLEEPY_RUN
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no CPU of its own for the policy worker")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
+    (tmp_path / "sleepy.py").write_text(
+        "import os\nimport numpy as np\n\ndef act(obs):\n"
+        "    with open('cpus.txt', 'a') as fh:\n"
+        "        fh.write(repr(sorted(os.sched_getaffinity(0))) + '\\n')\n"
+        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
+    )
+    plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
+    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
+    jobs = [EpisodeJob(0, i, episode_seed(plan.config.seed, 0, i)) for i in range(episodes)]
+    judge = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+    with LocalBackend(1) as backend:
+        records = list(backend.run(jobs, ctx))
+        seen.append(os.sched_getaffinity(0))  # the run's thread, still colocated
+    assert len(records) == episodes
+    worker_cpus = {line for line in (tmp_path / "cpus.txt").read_text().splitlines()}
+    (mine,) = seen[0]
+    if episodes == 1:
+        assert worker_cpus == {repr([mine])}  # on the run's CPU
+    else:
+        assert repr([mine]) not in worker_cpus  # a CPU of its own
+    assert os.sched_getaffinity(0) == judge

@@ -198,10 +198,10 @@ def test_local_backend_takes_workers_from_the_config_unless_given():
     spec = parse_oracle_spec(exec_policy(), base_dir=VENDOR.parent)
     ctx = RunContext(cfg, str(VENDOR.parent), ({},), None, spec)
     with LocalBackend() as by_config:
-        by_config._open(ctx)
+        by_config._open(ctx, True)
         assert by_config.workers == 3
     with LocalBackend(1) as by_option:
-        by_option._open(ctx)
+        by_option._open(ctx, True)
         assert by_option.workers == 1
 
 

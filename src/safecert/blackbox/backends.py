@@ -150,12 +150,22 @@ class Worker:
     ``alone``: this worker is the run's only one (``workers = 1``): its policy worker, if it has
     one and steps more than one episode copy, may get a CPU of its own and answer one half of
     the copies while the rollout steps the other half (:func:`safecert.isolation.colocated`'s
-    ``apart``, :func:`~safecert.blackbox.rollout.run_lockstep`'s ``post``)."""
+    ``apart``, :func:`~safecert.blackbox.rollout.run_lockstep`'s ``post``). ``halves=False``:
+    the run holds at most one episode of each cell, so there are no two halves to step in turn,
+    and the policy worker stays on this thread's CPU (a round trip between two CPUs costs
+    several times one on a CPU: 75–98 µs against 5–7 µs at worst, benchmarks/RESULTS_startup.md
+    round 5)."""
 
     def __init__(
-        self, ctx: RunContext, oracle: Oracle | None = None, *, alone: bool = False
+        self,
+        ctx: RunContext,
+        oracle: Oracle | None = None,
+        *,
+        alone: bool = False,
+        halves: bool = True,
     ) -> None:
         self.ctx = ctx
+        self.halves = halves
         self._owns_oracle = oracle is None
         self.oracle = make_oracle(ctx.oracle) if oracle is None else oracle
         self.calls = lockstep_calls(self.oracle)
@@ -165,7 +175,13 @@ class Worker:
         #: rollout with several copies (in halves; ahead while the worker has a CPU of its own)
         self.post: PostCalls | None = None
         self.apart: Channel | None = None
-        if alone and post is not None and ctx.oracle.in_worker and lockstep(ctx, alone=True) >= 2:
+        if (
+            alone
+            and halves
+            and post is not None
+            and ctx.oracle.in_worker
+            and lockstep(ctx, alone=True) >= 2
+        ):
             self.post, self.apart = post, getattr(self.oracle, "channel", None)
         self.envs: dict[int, list] = {}
         self._colocation = ExitStack()
@@ -382,13 +398,14 @@ class LocalBackend:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self, ctx: RunContext) -> None:
+    def _open(self, ctx: RunContext, halves: bool) -> None:
         if self._ctx is not None and self._ctx == ctx:
-            return
+            if self._worker is None or self._worker.halves == halves:
+                return
         self.close()
         self.workers = self.worker_count(ctx)
         if self.workers == 1:
-            self._worker = Worker(ctx, self._lent, alone=True)
+            self._worker = Worker(ctx, self._lent, alone=True, halves=halves)
             self._worker.stay_colocated()
         else:
             mp_ctx = mp.get_context("forkserver")
@@ -408,13 +425,20 @@ class LocalBackend:
     def run(self, jobs: Sequence[EpisodeJob], ctx: RunContext) -> Iterator[EpisodeRecord]:
         alone = self.worker_count(ctx) == 1
         size = self.chunk_episodes or max(8, 4 * episodes_per_worker(ctx, alone=alone))
-        return self.stream(ListSource(jobs, size), ctx)
+        cells = [job.cell for job in jobs]
+        return self._stream(ListSource(jobs, size), ctx, halves=len(set(cells)) < len(cells))
 
     def stream(self, source: JobSource, ctx: RunContext) -> Generator[EpisodeRecord]:
+        return self._stream(source, ctx, halves=True)
+
+    def _stream(
+        self, source: JobSource, ctx: RunContext, *, halves: bool
+    ) -> Generator[EpisodeRecord]:
+        """:meth:`stream`; ``halves``: some cell may get two episodes (:class:`Worker`)."""
         chunk = source.take()
         if not chunk:
             return
-        self._open(ctx)
+        self._open(ctx, halves)
         finished = False
         try:
             if self._worker is not None:

@@ -359,27 +359,21 @@ def test_a_lone_run_of_one_episode_keeps_its_policy_worker_on_its_cpu(
 ):
     """A lone run gives its policy worker a CPU of its own only when a cell has two episodes
     to step in halves; with one episode a cell the worker takes turns on the run's CPU (a round
-    trip between two CPUs costs several times one on a CPU). The records are the same."""
+    trip between two CPUs costs several times one on a CPU)."""
     import os
-    import tempfile
 
-    from safecert.blackbox.backends import LocalBackend, RunContext
+    from safecert.blackbox.backends import LocalBackend
     from safecert.blackbox.jobs import EpisodeJob, episode_seed
-    from safecert.blackbox.plan import plan_run
-    from tests.blackbox.pipeline_helpers import write_run
-    from tests.blackbox.test_step_path import SLEEPY_RUN
+    from tests.blackbox.test_step_path import sleepy_run
 
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("one CPU: no CPU of its own for the policy worker")
-    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
-    (tmp_path / "sleepy.py").write_text(
+    plan, ctx = sleepy_run(
+        tmp_path,
+        monkeypatch,
         "import os\nimport numpy as np\n\ndef act(obs):\n"
         "    with open('cpus.txt', 'a') as fh:\n"
         "        fh.write(repr(sorted(os.sched_getaffinity(0))) + '\\n')\n"
-        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
+        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n",
     )
-    plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
-    ctx = RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
     jobs = [EpisodeJob(0, i, episode_seed(plan.config.seed, 0, i)) for i in range(episodes)]
     judge = os.sched_getaffinity(0)
     seen: list[set[int]] = []

@@ -292,9 +292,17 @@ goal = "steps >= 1"
 """
 
 
-def sleepy_run(tmp_path, monkeypatch):
-    """The plan and run context of :data:`SLEEPY_RUN`, whose policy sleeps 2 ms a call (so its
-    worker keeps the rollout waiting longer than it computes); skipped on one CPU."""
+#: the policy of :data:`SLEEPY_RUN`: it sleeps 2 ms a call (so its worker keeps the rollout
+#: waiting longer than it computes)
+SLEEPY_POLICY = (
+    "import time\nimport numpy as np\n\ndef act(obs):\n    time.sleep(0.002)\n"
+    "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
+)
+
+
+def sleepy_run(tmp_path, monkeypatch, policy: str = SLEEPY_POLICY):
+    """The plan and run context of :data:`SLEEPY_RUN` with ``policy`` as ``sleepy.py`` (CPU
+    locks of the test's own); skipped on one CPU."""
     import os
     import tempfile
 
@@ -305,10 +313,7 @@ def sleepy_run(tmp_path, monkeypatch):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: no CPU of its own for the policy worker")
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))  # our own CPU locks
-    (tmp_path / "sleepy.py").write_text(
-        "import time\nimport numpy as np\n\ndef act(obs):\n    time.sleep(0.002)\n"
-        "    return (np.asarray(obs)[:, 2] > 0).astype(np.int64)\n"
-    )
+    (tmp_path / "sleepy.py").write_text(policy)
     plan = plan_run(write_run(tmp_path, SLEEPY_RUN))
     return plan, RunContext(plan.config, str(plan.base_dir), plan.cells, None, plan.oracle)
 

@@ -235,7 +235,7 @@ def _hold(cpu: int | None) -> set[int] | None:
     first has to be woken itself. Where that happens it sets the tail (the slowest 1 % of checks
     with a Python action map: 44–95 µs against a p50 of 15 µs, 120–160 of 20,000 callers moved;
     ``benchmarks/RESULTS_guard.md``). Held, the caller is woken where it waited and runs as soon
-    as the worker goes back to waiting. It costs two system calls (about 3 µs a check), so it is
+    as the worker goes back to waiting. It costs two system calls (about 2 µs a check), so it is
     done only where callers were seen to move; between checks the thread runs wherever it may.
     Only the threaded form holds (:func:`call_with_deadline`). A wait on an event loop's thread
     (:func:`acall_with_deadline`) is not held: a gateway's loop shares the CPUs with its client

@@ -397,7 +397,11 @@ class VendorProcess:
         """``Popen.wait(timeout)``, woken by the supervisor's exit itself (a pidfd, Linux 5.3 and
         later) instead of looking at 1, 3, 7, 15 … ms as ``Popen.wait`` does: a supervisor that
         has cleared its subtree in 3 ms is reaped then, not 4 ms later. ``TimeoutExpired`` after
-        ``timeout`` seconds, as ``Popen.wait``; without pidfds it is ``Popen.wait``."""
+        ``timeout`` seconds, as ``Popen.wait``; without pidfds it is ``Popen.wait``. A child
+        already reaped answers its exit code at once: its pid may name another process by now."""
+        code = self._popen.poll()
+        if code is not None:
+            return code
         try:
             pidfd = os.pidfd_open(self._popen.pid)
         except (AttributeError, OSError):  # no pidfds here, or already reaped

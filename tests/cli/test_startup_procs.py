@@ -83,3 +83,24 @@ def test_wait_with_a_timeout_is_woken_by_the_exit(monkeypatch):
         vendor.kill()
         vendor.stdout.close()
         vendor.stderr.close()
+
+
+def test_waiting_again_for_a_reaped_vendor_answers_its_exit_code_at_once(monkeypatch):
+    """Once reaped, the vendor's pid may name another process: a second ``wait(timeout)`` gives
+    the exit code it had, and never waits on whatever now holds that pid (here: the test's own
+    process, which pidfd_open is made to open for any pid)."""
+    cat = shutil.which("cat")
+    assert cat is not None
+    vendor = procs.VendorProcess([cat])
+    vendor.started()
+    try:
+        vendor.stdin.close()
+        assert vendor.wait(10.0) == 0
+        real_open = os.pidfd_open
+        monkeypatch.setattr(os, "pidfd_open", lambda pid, flags=0: real_open(os.getpid()))
+        assert vendor.wait(0.5) == 0  # before: TimeoutExpired, having waited on the reused pid
+    finally:
+        monkeypatch.undo()
+        vendor.kill()
+        vendor.stdout.close()
+        vendor.stderr.close()

@@ -373,7 +373,7 @@ class Channel:
             ready = [fd for fd, _ in poller.poll(procs.poll_ms(remaining))]
             if self._writing and into in ready:
                 try:
-                    del self._out[: os.write(proc.stdin.fileno(), self._out[:_CHUNK])]
+                    del self._out[: os.write(into, self._out[:_CHUNK])]
                 except BlockingIOError:
                     pass
                 except (BrokenPipeError, OSError):
